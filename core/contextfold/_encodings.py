@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 import threading
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +148,7 @@ def _download(name: str, timeout: float) -> tiktoken.Encoding | None:
     return enc
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_encoding(name: str) -> tiktoken.Encoding | None:
     """The tiktoken encoding ``name`` from a local source, or downloaded; ``None`` if neither.
 
