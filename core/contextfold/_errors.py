@@ -7,6 +7,7 @@ storage backend that breaks)::
     ContextfoldError
     ├── ConfigurationError          a parameter or combination is invalid (also ValueError)
     ├── ConversionError             input messages cannot be converted (also ValueError)
+    │   └── TranscriptError         a transcript file cannot be read (names file and position)
     ├── MissingExtraError           an optional dependency is not installed (also ImportError)
     ├── CompactionError             compaction could not produce a valid result
     │   ├── BudgetExceededError     even the protected minimum does not fit the budget
@@ -34,6 +35,7 @@ __all__ = [
     "SchemaVersionError",
     "StoreError",
     "SummarizerError",
+    "TranscriptError",
 ]
 
 
@@ -67,6 +69,21 @@ class ConversionError(ContextfoldError, ValueError):
             where.append(f"field {field!r}")
         prefix = f"{', '.join(where)}: " if where else ""
         super().__init__(prefix + reason)
+
+
+class TranscriptError(ConversionError):
+    """A transcript file cannot be read or converted.
+
+    Attributes:
+        path: the file.
+        position: where in it (``"line 12"``, ``"record 3, message 5"``).
+    """
+
+    def __init__(self, reason: str, *, path: str, position: str | None = None) -> None:
+        self.path = path
+        self.position = position
+        where = f"{path}, {position}" if position else path
+        super().__init__(f"{where}: {reason}")
 
 
 class MissingExtraError(ContextfoldError, ImportError):
