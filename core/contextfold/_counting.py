@@ -4,8 +4,10 @@ Per-message overhead follows OpenAI's published recipe for chat models: 3 tokens
 message, 1 more when a ``name`` is set, and 3 to prime the reply. Tool calls count their
 name and JSON arguments; images count by OpenAI's tile formula when their size is known.
 
-Counts are cached on each (immutable) message per counter, so recounting an unchanged
-long history is a sum over cached integers.
+Counts are cached on each (immutable) message per counter, and each counter remembers
+running sums of the last sequences it counted: recounting an unchanged long history, or
+one that only grew at the end, is an identity check of the known prefix plus the count
+of the new messages.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate, compress
+from itertools import count as count_from
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._encodings import load_encoding
@@ -138,28 +144,88 @@ class _BaseCounter:
         return n
 
     def count_message(self, message: Message) -> int:
-        cache: dict[str, int] | None = message.__dict__.get("_token_counts")
-        if cache is None:
-            cache = {}
-            object.__setattr__(message, "_token_counts", cache)
-        n = cache.get(self.name)
+        """Tokens of one message, overhead included; cached on the message per counter."""
+        key = "_tokens:" + self.name
+        n: int | None = message.__dict__.get(key)
         if n is None:
-            n = cache[self.name] = self._count_uncached(message)
+            n = self._count_uncached(message)
+            object.__setattr__(message, key, n)
         return n
 
     def count_messages(self, messages: Sequence[Message]) -> int:
-        name = self.name
-        total = REPLY_PRIMING
-        for m in messages:
-            cache = m.__dict__.get("_token_counts")
-            n = cache.get(name) if cache is not None else None
-            total += n if n is not None else self.count_message(m)
-        return total
+        """Tokens of a request: each message (cached) plus the reply priming.
+
+        Recounting a sequence that starts with the same message objects as one counted
+        recently costs an identity check of that prefix plus the count of the rest.
+        """
+        seq = messages if isinstance(messages, (list, tuple)) else list(messages)
+        if not seq:
+            return REPLY_PRIMING
+        memo: _PrefixMemo | None = self.__dict__.get("_memo")
+        if memo is None:
+            memo = self.__dict__["_memo"] = _PrefixMemo()
+        return REPLY_PRIMING + memo.total(seq, self.count_message)
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         if not tools:
             return 0
         return sum(self.count_text(json.dumps(t, sort_keys=True, default=str)) for t in tools) + 12
+
+
+_Entry = tuple[tuple[Message, ...], list[int]]
+
+
+class _PrefixMemo:
+    """Running token sums of the last few sequences a counter counted.
+
+    A later sequence that starts with the same message *objects* (checked with ``is``, so
+    an equal-looking but different message never matches) reuses the sum of that prefix
+    and counts only what follows. Entries hold strong references to their messages, which
+    makes the identity check sound (an id cannot be reused while the object is alive) and
+    keeps the last ``SLOTS`` counted histories in memory.
+    """
+
+    SLOTS = 4
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+        self._lock = threading.Lock()
+
+    def total(self, seq: Sequence[Message], count: Callable[[Message], int]) -> int:
+        """The summed counts of ``seq`` (non-empty), reusing and updating the memo."""
+        with self._lock:
+            candidates = [e for e in self._entries if e[0][0] is seq[0]]
+        best: _Entry = ((), [0])
+        k = 0
+        for entry in candidates:  # most recent first
+            shared = _shared_prefix(entry[0], seq)
+            if shared > k:
+                best, k = entry, shared
+            if shared == len(seq) or shared == len(entry[0]):
+                break
+        prev, cum = best
+        if k == len(seq):
+            self._remember(best, best)
+            return cum[k]  # the same sequence, or a prefix of a longer one we keep
+        new_cum = cum[: k + 1]
+        new_cum.extend(accumulate(map(count, seq[k:]), initial=cum[k]))
+        del new_cum[k + 1]  # accumulate yields its initial value first
+        # A sequence that extends the old one replaces it; one that diverges is kept beside.
+        self._remember((tuple(seq), new_cum), best if k == len(prev) else None)
+        return new_cum[-1]
+
+    def _remember(self, entry: _Entry, replaces: _Entry | None) -> None:
+        with self._lock:
+            rest = [e for e in self._entries if e is not replaces and e is not entry]
+            self._entries = [entry, *rest][: self.SLOTS]
+
+
+def _shared_prefix(prev: Sequence[Message], seq: Sequence[Message]) -> int:
+    """How many leading elements of ``prev`` and ``seq`` are the same objects."""
+    n = min(len(prev), len(seq))
+    if n == len(prev) and all(map(operator.is_, prev, seq)):
+        return n
+    return next(compress(count_from(), map(operator.is_not, prev, seq)), n)
 
 
 class TiktokenCounter(_BaseCounter):
