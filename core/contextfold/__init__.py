@@ -30,6 +30,7 @@ from ._errors import (
     SchemaVersionError,
     StoreError,
     SummarizerError,
+    TranscriptError,
 )
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._policy import (
@@ -94,6 +95,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",
+    "TranscriptError",
     "Turn",
     "acompact",
     "compact",
