@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ._messages import Message
+from ._messages import Message, ToolCall
 from ._structure import SYSTEM_ROLES, leading_system_count
 
 __all__ = ["INTERRUPTED_RESULT", "Problem", "repair", "validate"]
@@ -97,11 +97,12 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     """A valid copy of ``messages`` and a description of each change.
 
     Moves system messages to the front; moves a tool result that was separated from its
-    call (a message interjected between them) back behind the call; drops orphaned and
-    id-less tool results and reused call ids; answers dangling calls with an
-    ``interrupted`` result; drops assistant messages (with their results) that come before
-    the first user message. The input is not modified. A valid input comes back as an
-    equal list with no notes.
+    call (a message interjected between them) back behind the call; gives a reused call id
+    (and the result that answers it) a fresh id; drops orphaned and id-less tool results;
+    answers dangling calls with an ``interrupted`` result; drops assistant messages (with
+    their results) that come before the first user message. Every other message is kept,
+    in order. The input is not modified. A valid input comes back as an equal list with no
+    notes.
     """
     if not validate(messages):
         return list(messages), []
@@ -111,56 +112,98 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     if late:
         notes.append(f"moved {late} system message(s) to the front")
     rest = [m for m in messages if m.role not in SYSTEM_ROLES]
-    # The first result for each call id, wherever it sits after its call.
-    first_result: dict[str, int] = {}
-    for k, m in enumerate(rest):
-        if m.role == "tool" and m.tool_call_id and m.tool_call_id not in first_result:
-            first_result[m.tool_call_id] = k
-    used: set[int] = set()
+    matcher = _Matcher(rest)
     out: list[Message] = list(systems)
-    seen_ids: set[str] = set()
     seen_user = False
     for k, m in enumerate(rest):
         if m.role == "tool":
-            if k not in used:
+            if k not in matcher.used:
                 notes.append(f"dropped orphaned tool result {m.tool_call_id!r}")
             continue
         if m.role == "user":
             seen_user = True
         if m.role == "assistant" and not seen_user:
             notes.append("dropped an assistant message that came before any user message")
-            used.update(first_result[c.id] for c in m.tool_calls if c.id in first_result)
+            for c in m.tool_calls:
+                matcher.take(c.id, k)
             continue
-        if not m.tool_calls:
+        if m.tool_calls:
+            out.extend(matcher.answer(m, k, notes))
+        else:
             out.append(m)
-            continue
-        calls = tuple(c for c in m.tool_calls if c.id not in seen_ids)
-        if len(calls) != len(m.tool_calls):
-            notes.append("dropped reused tool call ids")
-        if not calls:
-            if m.text or m.reasoning:
-                out.append(replace(m, tool_calls=()))
-            continue
-        out.append(m if len(calls) == len(m.tool_calls) else replace(m, tool_calls=calls))
-        for c in calls:
-            seen_ids.add(c.id)
-            at = first_result.get(c.id)
-            if at is not None and at > k and at not in used:
-                used.add(at)
-                if at != k + 1 + calls.index(c):
-                    notes.append(f"moved the result of call {c.id!r} behind its call")
-                out.append(rest[at])
-            else:
-                notes.append(f"answered dangling call {c.id!r} with an interrupted result")
-                out.append(
-                    Message(
-                        role="tool",
-                        content=INTERRUPTED_RESULT,
-                        tool_call_id=c.id,
-                        name=c.name,
-                        metadata={"is_error": True, "synthetic": True},
-                    )
-                )
     if not seen_user:
         notes.append("no user message: the sequence still needs a prompt")
     return out, notes
+
+
+class _Matcher:
+    """Pairs each call with its result in ``rest`` (non-system messages) for ``repair``."""
+
+    def __init__(self, rest: list[Message]) -> None:
+        self.rest = rest
+        self.used: set[int] = set()
+        self.results: dict[str, list[int]] = {}
+        self.calls: dict[str, list[int]] = {}
+        for k, m in enumerate(rest):
+            if m.role == "tool" and m.tool_call_id:
+                self.results.setdefault(m.tool_call_id, []).append(k)
+            for c in m.tool_calls:
+                self.calls.setdefault(c.id, []).append(k)
+        self.ids = set(self.calls) | set(self.results)
+        self.seen: set[str] = set()
+
+    def take(self, call_id: str, k: int) -> int | None:
+        """The first unused result for ``call_id`` after ``k`` and before the id's next call."""
+        bound = next((p for p in self.calls.get(call_id, ()) if p > k), len(self.rest))
+        for pos in self.results.get(call_id, ()):
+            if k < pos < bound and pos not in self.used:
+                self.used.add(pos)
+                return pos
+        return None
+
+    def fresh(self, call_id: str) -> str:
+        n = 2
+        while f"{call_id}~{n}" in self.ids:
+            n += 1
+        new = f"{call_id}~{n}"
+        self.ids.add(new)
+        return new
+
+    def answer(self, m: Message, k: int, notes: list[str]) -> list[Message]:
+        """``m`` (an assistant message with calls at ``k``) followed by one result per call."""
+        block_end = k + 1
+        while block_end < len(self.rest) and self.rest[block_end].role == "tool":
+            block_end += 1
+        calls: list[ToolCall] = []
+        found: list[tuple[int, Message]] = []
+        missing: list[Message] = []
+        for c in m.tool_calls:
+            pos = self.take(c.id, k)
+            call = c
+            if c.id in self.seen:
+                call = replace(c, id=self.fresh(c.id))
+                notes.append(f"gave reused call id {c.id!r} the fresh id {call.id!r}")
+            self.seen.add(call.id)
+            calls.append(call)
+            if pos is None:
+                notes.append(f"answered dangling call {call.id!r} with an interrupted result")
+                missing.append(_interrupted(call))
+                continue
+            if pos >= block_end:
+                notes.append(f"moved the result of call {call.id!r} behind its call")
+            result = self.rest[pos]
+            if call.id != c.id:
+                result = replace(result, tool_call_id=call.id)
+            found.append((pos, result))
+        head = m if calls == list(m.tool_calls) else replace(m, tool_calls=tuple(calls))
+        return [head, *(r for _, r in sorted(found, key=lambda x: x[0])), *missing]
+
+
+def _interrupted(call: ToolCall) -> Message:
+    return Message(
+        role="tool",
+        content=INTERRUPTED_RESULT,
+        tool_call_id=call.id,
+        name=call.name,
+        metadata={"is_error": True, "synthetic": True},
+    )
