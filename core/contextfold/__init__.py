@@ -33,6 +33,7 @@ from ._errors import (
     TranscriptError,
 )
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
+from ._openai import from_openai, to_openai
 from ._policy import (
     CompactionContext,
     ConversationState,
@@ -101,9 +102,11 @@ __all__ = [
     "compact",
     "counter_for_model",
     "encoding_for_model",
+    "from_openai",
     "repair",
     "split_groups",
     "split_turns",
+    "to_openai",
     "tool_loops",
     "validate",
 ]
