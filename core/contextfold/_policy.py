@@ -52,6 +52,10 @@ class SummaryRequest:
     """A size hint for the summary, when the policy has a budget for it."""
     purpose: str = "summary"
     """A label for reports and caches: ``"threshold"``, ``"tier1"``, ``"summary"``..."""
+    max_input_tokens: int | None = None
+    """The summarizer's input window for this request, when the policy knows it; a longer
+    input is split into parts whose summaries are merged (a summarizer's own
+    ``max_input_tokens`` attribute applies when this is ``None``)."""
 
     @property
     def cache_key(self) -> str:
