@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ._replay import Replay
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["render_html", "text_table", "write_html"]
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2330}
@@ -76,6 +78,19 @@ _SCRIPT = """
   svg.setAttribute('data-rendered', String(steps.length));
 })();
 """
+
+
+def text_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain-text table for terminals: first column left-aligned, the rest right-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, r in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
 
 
 def _targets_table(replay: Replay) -> str:

@@ -63,13 +63,9 @@ def _budget(args: argparse.Namespace) -> Budget:
 
 
 def _print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO) -> None:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    for n, r in enumerate(cells):
-        out.write("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                            enumerate(zip(r, widths, strict=True))) + "\n")
-        if n == 0:
-            out.write("  ".join("-" * w for w in widths) + "\n")
+    from ._report import text_table
+
+    out.write(text_table(rows, headers))
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
