@@ -71,6 +71,7 @@ def _model(real: bool, model: str | None) -> Any:
 def _run_loop(data_dir: Path, emails: int, real: bool, model_name: str | None,
               counter: TokenCounter, out: TextIO) -> tuple[Replay, Any, list[Any]]:
     from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+
     from langchain_contextfold import to_core, with_compaction
 
     from ._demo_mailbox import Mailbox
