@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
+from ._policies.truncation import TruncationPolicy
 from ._policy import (
     CompactionContext,
     ConversationState,
@@ -97,6 +98,7 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "TranscriptError",
+    "TruncationPolicy",
     "Turn",
     "acompact",
     "compact",

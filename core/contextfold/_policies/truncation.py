@@ -1,0 +1,355 @@
+"""Token-budget truncation over atomic groups (seed 003's ``oldest_first`` and ``middle_out``).
+
+The history after the leading system messages is split into atomic groups (a standalone
+message, or an assistant message with its tool calls and their results), and whole groups
+are kept or dropped, so a call is never separated from its result.
+
+* ``oldest_first`` keeps the newest groups that fit and drops everything older.
+* ``middle_out`` also keeps the first group (the task prompt) and drops from the middle.
+
+What is always true of the output:
+
+* the leading system messages are kept, unchanged;
+* the most recent group is kept. When it cannot fit even alone, its largest tool results
+  are cut head+tail with seed 004's visible label (largest first, tighter and tighter)
+  instead of failing or splitting the group;
+* the first message after the system messages is a user message. Seed 003 keeps a suffix
+  of groups, which may start with an assistant tool loop of a long-running turn; a
+  provider rejects an assistant message before any user message, and the tool loops
+  answer that turn's request, so the turn's prompt (the nearest user message before the
+  kept groups) is kept too and its tokens are reserved up front;
+* the kept groups are contiguous: a newer group is never dropped to keep an older one.
+
+``BudgetExceededError`` is raised only when the system messages plus the most recent
+group (with its prompt, and its tool results cut down to their labels) do not fit.
+
+Cost: one pass over the groups with cached per-message counts, plus one count of the
+output; nothing is recounted in a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .._errors import BudgetExceededError, ConfigurationError
+from .._messages import Message
+from .._policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .._shrink import HeadTail
+from .._structure import Group, leading_system_count, split_groups
+from ._fit import shrink_message
+
+__all__ = ["TruncationPolicy"]
+
+Strategy = Literal["oldest_first", "middle_out"]
+_STRATEGIES = ("oldest_first", "middle_out")
+_ROUNDS = 4  # water-filling rounds when cutting the last group's tool results
+_RETRIES = 3  # re-plans when a counter's totals are not the sum of its message counts
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which groups to keep: ``head`` (middle_out's task prompt), ``prompt`` (the kept turn's
+    prompt) and every group from ``start`` on; ``tail`` replaces the last group if shrunk."""
+
+    start: int
+    head: int | None = None
+    prompt: int | None = None
+    tail: tuple[Message, ...] | None = None
+
+    def kept(self, n_groups: int) -> set[int]:
+        """Indices of the kept groups."""
+        kept = set(range(self.start, n_groups))
+        kept.update(i for i in (self.head, self.prompt) if i is not None)
+        return kept
+
+
+class TruncationPolicy(SimplePolicy):
+    """Drop whole groups of old messages until the history fits the budget (seed 003).
+
+    Args:
+        strategy: ``"oldest_first"`` keeps the newest groups that fit; ``"middle_out"``
+            keeps the first group (the task prompt) as well and drops from the middle,
+            falling back to ``oldest_first`` when the two ends together cannot fit.
+        shape: the head+tail proportions used when the most recent group alone is too big.
+
+    Runs when the input exceeds the budget's ``input_budget`` (less the fixed tokens), or
+    when forced; a forced run (the overflow retry) aims for ``target_tokens`` instead so
+    it makes progress. Returns the input object itself when nothing needs to change.
+    """
+
+    name = "truncation"
+
+    def __init__(self, strategy: Strategy = "oldest_first", *, shape: HeadTail | None = None):
+        if strategy not in _STRATEGIES:
+            raise ConfigurationError(
+                f"strategy must be 'oldest_first' or 'middle_out', got {strategy!r}"
+            )
+        self.strategy: Strategy = strategy
+        self.shape = shape or HeadTail()
+
+    def __repr__(self) -> str:
+        return f"TruncationPolicy(strategy={self.strategy!r})"
+
+    def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
+        """Keep the system messages and the newest groups (and the task prompt) that fit."""
+        counter = context.counter
+        if context.input_tokens(messages) <= context.budget.input_budget and not context.force:
+            return PolicyOutcome(messages=messages)
+        limit = self._limit(context, context.measure(messages))
+        n_sys = leading_system_count(messages)
+        groups = split_groups(messages, n_sys)
+        sizes = [sum(map(counter.count_message, g.messages)) for g in groups]
+        # The empty request's priming and the system messages.
+        base = counter.count_messages(messages[:n_sys])
+        allowance = limit - base
+        for _ in range(_RETRIES):
+            plan = self._plan(groups, sizes, allowance, context.fixed_tokens + base, context)
+            out = _assemble(messages[:n_sys], groups, plan)
+            over = counter.count_messages(out) - limit
+            if over <= 0:
+                break
+            allowance -= over  # the counter is not additive: plan again with less room
+        else:
+            raise BudgetExceededError(
+                f"the truncated history ({len(out)} messages) under counter {counter.name!r}",
+                needed=counter.count_messages(out) + context.fixed_tokens,
+                available=limit + context.fixed_tokens,
+            )
+        if plan.tail is None and len(plan.kept(len(groups))) == len(groups):
+            return PolicyOutcome(messages=messages)
+        return self._outcome(messages, out, groups, plan, context, limit)
+
+    # -- planning -------------------------------------------------------------------
+
+    def _limit(self, context: CompactionContext, measured: int) -> int:
+        """Tokens the messages may take: ``available``, scaled down when the provider's
+        reported usage shows our counter undercounts, and the target when forced."""
+        limit = context.available
+        if context.force:
+            limit = min(limit, context.budget.target_tokens - context.fixed_tokens)
+        known = context.known_tokens
+        if known is not None and known > measured > 0:
+            limit = limit * measured // known
+        return limit
+
+    def _plan(
+        self,
+        groups: Sequence[Group],
+        sizes: Sequence[int],
+        allowance: int,
+        outside: int,
+        context: CompactionContext,
+    ) -> _Plan:
+        """The plan that keeps the most groups within ``allowance``; ``outside`` is what
+        the request costs besides the groups (fixed tokens, system messages, priming)."""
+        need = _prompt_needed(groups)
+        if not groups:
+            plan = None
+        elif self.strategy == "middle_out" and len(groups) > 1 and _is_user(groups[0]):
+            plan = _newest_that_fit(sizes, need, 1, allowance - sizes[0])
+            plan = replace(plan, head=0) if plan else _newest_that_fit(sizes, need, 0, allowance)
+        else:
+            plan = _newest_that_fit(sizes, need, 0, allowance)
+        return plan or self._shrunk_tail(groups, sizes, need, allowance, outside, context)
+
+    def _shrunk_tail(
+        self,
+        groups: Sequence[Group],
+        sizes: Sequence[int],
+        need: Sequence[int],
+        allowance: int,
+        outside: int,
+        context: CompactionContext,
+    ) -> _Plan:
+        """The most recent group (and its prompt) with its largest tool results cut."""
+        available = outside + allowance
+        if not groups:
+            raise BudgetExceededError("the system messages", needed=outside, available=available)
+        last = len(groups) - 1
+        prompt = need[last] if need[last] >= 0 else None
+        prompt_size = sizes[prompt] if prompt is not None else 0
+        tail, size = _shrink_to(groups[last].messages, allowance - prompt_size, self.shape, context)
+        if size + prompt_size > allowance:
+            what = "the system messages and the most recent group"
+            if prompt is not None:
+                what += " with its turn's prompt"
+            raise BudgetExceededError(
+                f"{what} ({len(groups[last])} messages, tool results already cut head+tail)",
+                needed=outside + prompt_size + size,
+                available=available,
+            )
+        return _Plan(start=last, prompt=prompt, tail=tail)
+
+    # -- reporting ------------------------------------------------------------------
+
+    def _outcome(
+        self,
+        messages: Sequence[Message],
+        out: list[Message],
+        groups: Sequence[Group],
+        plan: _Plan,
+        context: CompactionContext,
+        limit: int,
+    ) -> PolicyOutcome:
+        """The outcome with a target per dropped or cut message, in input order."""
+        count = context.counter.count_message
+        kept = plan.kept(len(groups))
+        found: list[Target] = []
+        for gi, group in enumerate(groups):
+            if gi in kept:
+                continue
+            for offset, m in enumerate(group.messages):
+                found.append(_target(group.start + offset, m, "dropped", count(m), 0))
+        if plan.tail is not None:
+            last = groups[-1]
+            for offset, (old, new) in enumerate(zip(last.messages, plan.tail, strict=True)):
+                if new is not old:
+                    found.append(
+                        _target(last.start + offset, old, "truncated", count(old), count(new))
+                    )
+        found.sort(key=lambda t: t.index)
+        dropped = sum(1 for t in found if t.method == "dropped")
+        details = {
+            "strategy": self.strategy,
+            "limit": limit,
+            "groups_before": len(groups),
+            "groups_kept": len(kept),
+            "messages_dropped": dropped,
+            "messages_truncated": len(found) - dropped,
+            "kept_task_prompt": plan.head is not None,
+            "kept_turn_prompt": plan.prompt is not None,
+        }
+        notes: tuple[str, ...] = ()
+        if self.strategy == "middle_out" and plan.head is None and 0 not in kept:
+            notes = ("middle_out: the task prompt did not fit beside the newest groups",)
+        return PolicyOutcome(
+            messages=out, method="truncation", targets=tuple(found), notes=notes, details=details
+        )
+
+
+def _is_user(group: Group) -> bool:
+    return group.head.role == "user"
+
+
+def _prompt_needed(groups: Sequence[Group]) -> list[int]:
+    """For each group, the user-headed group that must precede it when it is the first one
+    kept: -1 for a user message itself (or when no user message comes before)."""
+    need: list[int] = []
+    last = -1
+    for gi, g in enumerate(groups):
+        if _is_user(g):
+            need.append(-1)
+            last = gi
+        else:
+            need.append(last)
+    return need
+
+
+def _newest_that_fit(
+    sizes: Sequence[int], need: Sequence[int], first: int, allowance: int
+) -> _Plan | None:
+    """The plan keeping groups ``start..`` for the smallest ``start >= first`` that fits
+    together with the prompt its first group needs; ``None`` when not even the last does.
+
+    Prompts before ``first`` are already kept (middle_out's head) and cost nothing here.
+    """
+    best: _Plan | None = None
+    suffix = 0
+    for start in range(len(sizes) - 1, first - 1, -1):
+        suffix += sizes[start]
+        if suffix > allowance:
+            break
+        prompt = need[start]
+        if prompt < first:
+            best = _Plan(start=start)
+        elif suffix + sizes[prompt] <= allowance:
+            best = _Plan(start=start, prompt=prompt)
+    return best
+
+
+def _assemble(system: Sequence[Message], groups: Sequence[Group], plan: _Plan) -> list[Message]:
+    out = list(system)
+    if plan.head is not None:
+        out.extend(groups[plan.head].messages)
+    if plan.prompt is not None:
+        out.extend(groups[plan.prompt].messages)
+    for group in groups[plan.start : len(groups) - 1]:
+        out.extend(group.messages)
+    if groups:
+        out.extend(plan.tail if plan.tail is not None else groups[-1].messages)
+    return out
+
+
+def _shrink_to(
+    messages: Sequence[Message], room: int, shape: HeadTail, context: CompactionContext
+) -> tuple[tuple[Message, ...], int]:
+    """``messages`` with their largest unpinned tool results cut head+tail until they take
+    at most ``room`` tokens (or nothing more can be cut), and their size.
+
+    The results above a common level are cut down to it (water-filling), so the largest
+    lose the most and small ones stay whole; each cut starts from the original text.
+    """
+    count = context.counter.count_message
+    out = list(messages)
+    size = sum(map(count, out))
+    live = [i for i, m in enumerate(out) if m.role == "tool" and not m.is_pinned]
+    for _ in range(_ROUNDS):
+        if size <= room:
+            break
+        current = {i: count(out[i]) for i in live}
+        level = _water_level(list(current.values()), size - room)
+        changed = False
+        for i, before in current.items():
+            if before > level:
+                cut = _cut(messages[i], level, shape, count)
+                if count(cut) < before:
+                    out[i], size, changed = cut, size + count(cut) - before, True
+        if not changed:
+            break
+    return tuple(out), size
+
+
+def _water_level(sizes: Sequence[int], excess: int) -> int:
+    """The level ``L`` such that cutting every size above ``L`` down to it removes at
+    least ``excess``."""
+    ordered = sorted(sizes, reverse=True)
+    total = 0
+    for j, size in enumerate(ordered, 1):
+        total += size
+        level = (total - excess) // j
+        if level >= (ordered[j] if j < len(ordered) else 0):
+            return max(level, 0)
+    return 0
+
+
+def _cut(message: Message, goal: int, shape: HeadTail, count: Callable[[Message], int]) -> Message:
+    """``message`` cut head+tail to at most ``goal`` tokens: seed 004's proportions first,
+    then the largest ``max_chars`` that reaches the goal (bisection), else the label alone."""
+    first = shrink_message(message, shape)
+    if first is message or count(first) <= goal:
+        return first
+    best = shrink_message(message, shape, max_chars=0)
+    if count(best) > goal:
+        return best
+    lo, hi = 0, sum(shape.sizes(len(message.text)))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        candidate = shrink_message(message, shape, max_chars=mid)
+        if count(candidate) <= goal:
+            lo, best = mid, candidate
+        else:
+            hi = mid - 1
+    return best
+
+
+def _target(index: int, m: Message, method: str, before: int, after: int) -> Target:
+    return Target(
+        index=index,
+        role=m.role,
+        method=method,
+        original_tokens=before,
+        new_tokens=after,
+        tool_name=m.name if m.role == "tool" else None,
+    )
