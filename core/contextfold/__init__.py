@@ -9,6 +9,7 @@ live in ``langchain_contextfold`` and ``llama_index.memory.contextfold``.
     []
 """
 
+from ._anthropic import from_anthropic, to_anthropic
 from ._budget import MODEL_LIMITS, Budget, ModelLimits
 from ._compact import acompact, compact
 from ._counting import (
@@ -104,10 +105,12 @@ __all__ = [
     "compact",
     "counter_for_model",
     "encoding_for_model",
+    "from_anthropic",
     "from_openai",
     "repair",
     "split_groups",
     "split_turns",
+    "to_anthropic",
     "to_openai",
     "tool_loops",
     "validate",
