@@ -35,7 +35,11 @@ from ._errors import (
 )
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
+from ._policies.loop_slice import LoopSlicePolicy
+from ._policies.prompt_source import NudgeConfig
+from ._policies.summary import SummaryPolicy
 from ._policies.truncation import TruncationPolicy
+from ._policies.turn_aware import TurnAwarePolicy
 from ._policy import (
     CompactionContext,
     ConversationState,
@@ -46,6 +50,7 @@ from ._policy import (
     SummaryRequest,
     Target,
 )
+from ._prompts import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
 from ._result import CompactionReport, CompactionResult
 from ._store import (
     SEARCH_GUIDANCE,
@@ -95,16 +100,20 @@ __all__ = [
     "Group",
     "HistoryStore",
     "ImagePart",
+    "LoadedPrompt",
+    "LoopSlicePolicy",
     "MemoryStore",
     "Message",
     "MissingExtraError",
     "ModelLimits",
     "NoProgressError",
+    "NudgeConfig",
     "OpaquePart",
     "Policy",
     "PolicyOutcome",
     "PostgresStore",
     "Problem",
+    "PromptLoader",
     "ReferenceStore",
     "Role",
     "SQLiteStore",
@@ -117,10 +126,12 @@ __all__ = [
     "StoreError",
     "Summarizer",
     "SummarizerError",
+    "SummaryPolicy",
     "SummaryReply",
     "SummaryRequest",
     "SummaryStore",
     "Target",
+    "TemporalContext",
     "TextPart",
     "TiktokenCounter",
     "TokenCounter",
@@ -128,6 +139,7 @@ __all__ = [
     "TranscriptError",
     "TruncationPolicy",
     "Turn",
+    "TurnAwarePolicy",
     "acompact",
     "compact",
     "counter_for_model",
@@ -136,6 +148,7 @@ __all__ = [
     "from_openai",
     "repair",
     "search_tools",
+    "session_started_marker",
     "split_groups",
     "split_turns",
     "to_anthropic",

@@ -1,0 +1,257 @@
+"""Prompt sources, synthetic nudges and the encouragement counter (seeds 000 and 001).
+
+Every request needs a user message that drives the model: the *prompt source*. This
+module finds it and, when there is none, makes the one synthetic nudge. It is the only
+place in contextfold that creates nudges (seed 001: "one place, one time").
+
+Prompt kinds, highest priority first (seed 000):
+
+1. ``direct``: a commander's direct message (``source="direct"``; a plain user message
+   with no ``source`` counts as direct);
+2. ``commander_broadcast``: ``source="broadcast"`` with an empty (or missing) ``sender_id``;
+3. ``swarm_broadcast``: ``source="broadcast"`` from another agent (non-empty ``sender_id``);
+4. ``nudge``: synthetic, made here when nothing else exists; never stored.
+
+User messages whose ``source`` is in :data:`NON_PROMPT_SOURCES` (earlier nudges, summaries,
+session markers) are context, not prompts.
+
+The search order of :func:`choose_prompt` (seed 001's sliding-window protection):
+
+1. the scan window (the last ``max_context_messages`` of the history);
+2. the most recent broadcast anywhere in the given history (a mission pushed out of the
+   window by the agent's own work);
+3. the store: ``store.most_recent_broadcast(conversation_id, swarm_id)`` (this
+   conversation's broadcast, else the swarm's commander broadcast, so a new agent inherits
+   the swarm's mission);
+4. a synthetic nudge whose text escalates with the counter.
+
+Finding a real prompt resets ``state.encouragement_count`` to 0 and wakes an idle
+conversation; adding a nudge increments it, and at ``NudgeConfig.max_encouragements``
+consecutive nudges the conversation turns idle (``state.idle``, ``state.idle_reason``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from .._errors import ConfigurationError
+from .._messages import Message
+from .._policy import CompactionContext, ConversationState
+
+__all__ = [
+    "FIRM",
+    "GENTLE",
+    "NON_PROMPT_SOURCES",
+    "URGENT",
+    "NudgeConfig",
+    "PromptChoice",
+    "PromptKind",
+    "choose_prompt",
+    "prompt_kind",
+]
+
+PromptKind = Literal["direct", "commander_broadcast", "swarm_broadcast", "nudge"]
+"""What drives the current turn, in seed 000's priority order."""
+
+GENTLE = "Continue your mission. Check notifications and coordinate with the swarm."
+"""Seed 000's first nudge."""
+FIRM = "You need to respond. Check your notifications and status."
+"""Seed 000's second nudge."""
+URGENT = "URGENT: Respond immediately. Check your system status."
+"""Seed 000's third nudge."""
+
+NON_PROMPT_SOURCES = frozenset({"nudge", "summary", "session", "system"})
+"""User-message sources that never count as a real prompt: synthetic nudges (``"system"``
+is seed 000's own source for them), summaries and session markers."""
+
+_PRIORITY: dict[str, int] = {"direct": 0, "commander_broadcast": 1, "swarm_broadcast": 2}
+
+
+@dataclass(frozen=True)
+class NudgeConfig:
+    """The synthetic nudge and the encouragement counter (seed 001).
+
+    Example::
+
+        NudgeConfig(texts=("Keep going.", "Please answer.", "Answer now."))
+    """
+
+    texts: tuple[str, ...] = (GENTLE, FIRM, URGENT)
+    """Nudge texts by attempt: the first for the first nudge and so on; the last repeats."""
+    max_encouragements: int = 3
+    """Consecutive nudges after which the conversation turns idle."""
+    search_guidance: str = "Context is limited: use your search tools for older information."
+    """Appended to the nudge when a policy enables ``include_search_guidance``."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.texts, str) or not self.texts:
+            raise ConfigurationError("texts must be a non-empty tuple of strings")
+        if not all(isinstance(t, str) and t.strip() for t in self.texts):
+            raise ConfigurationError(
+                f"every nudge text must be a non-empty string, got {self.texts!r}"
+            )
+        object.__setattr__(self, "texts", tuple(self.texts))
+        if not isinstance(self.max_encouragements, int) or self.max_encouragements < 1:
+            raise ConfigurationError(
+                f"max_encouragements must be an int >= 1, got {self.max_encouragements!r}"
+            )
+
+    @property
+    def idle_reason(self) -> str:
+        """The reason recorded when the conversation turns idle."""
+        return f"failed to respond after {self.max_encouragements} encouragements"
+
+    def text_for(self, attempt: int) -> str:
+        """The nudge text for the ``attempt``-th consecutive nudge (1-based)."""
+        return self.texts[min(max(attempt, 1), len(self.texts)) - 1]
+
+
+@dataclass(frozen=True)
+class PromptChoice:
+    """The prompt source a policy builds on."""
+
+    message: Message
+    """The prompt itself (a real user message, a stored broadcast, or a fresh nudge)."""
+    kind: PromptKind
+    """Which kind of prompt it is."""
+    origin: Literal["window", "history", "store", "nudge"]
+    """Where it was found."""
+    index: int | None = None
+    """Its position in the policy's input; ``None`` when it came from the store or is a nudge."""
+
+
+def prompt_kind(message: Message) -> PromptKind | None:
+    """The kind of prompt ``message`` is, or ``None`` when it is not a real prompt."""
+    if message.role != "user":
+        return None
+    if message.source == "broadcast":
+        return "swarm_broadcast" if message.sender_id else "commander_broadcast"
+    if message.source in NON_PROMPT_SOURCES:
+        return None
+    return "direct"
+
+
+def find_prompt(
+    messages: Sequence[Message],
+    start: int,
+    *,
+    selection: Literal["recency", "priority"] = "recency",
+) -> int | None:
+    """Index of the prompt source in ``messages[start:]``, or ``None``.
+
+    ``"recency"``: the most recent real prompt (seed 000's ``findLastUserPromptIndex``).
+    ``"priority"``: the most recent prompt of the highest-priority kind present.
+    """
+    best: int | None = None
+    best_rank = len(_PRIORITY)
+    for i in range(len(messages) - 1, start - 1, -1):
+        kind = prompt_kind(messages[i])
+        if kind is None:
+            continue
+        if selection == "recency":
+            return i
+        if _PRIORITY[kind] < best_rank:
+            best, best_rank = i, _PRIORITY[kind]
+            if best_rank == 0:
+                break
+    return best
+
+
+def latest_broadcast(messages: Sequence[Message], end: int) -> int | None:
+    """Index of the most recent broadcast in ``messages[:end]``, or ``None``."""
+    for i in range(min(end, len(messages)) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user" and m.source == "broadcast":
+            return i
+    return None
+
+
+def stored_broadcast(context: CompactionContext, swarm_id: str | None) -> Message | None:
+    """The store's most recent broadcast for this conversation, else the swarm's.
+
+    Used only when the store offers ``most_recent_broadcast`` and the context names the
+    conversation (``swarm_id=None`` lets the store look in every swarm the conversation
+    joined). A store error propagates
+    (a lookup that silently failed would idle a running agent).
+    """
+    lookup = getattr(context.store, "most_recent_broadcast", None)
+    if lookup is None or not context.conversation_id:
+        return None
+    found = lookup(context.conversation_id, swarm_id=swarm_id)
+    if not isinstance(found, Message) or found.role != "user":
+        return None
+    return found
+
+
+def make_nudge(
+    state: ConversationState,
+    config: NudgeConfig,
+    *,
+    now: datetime | None,
+    search_guidance: bool,
+) -> Message:
+    """The one synthetic nudge, and the counter update that goes with it.
+
+    Increments ``state.encouragement_count`` and turns the conversation idle at
+    ``config.max_encouragements``. An idle conversation keeps its count and gets the last
+    text again (seed 001: idle with no prompt means no further action); the adapter is
+    expected to stop its loop on the idle event.
+    """
+    if not state.idle:
+        state.encouragement_count += 1
+        if state.encouragement_count >= config.max_encouragements:
+            state.idle = True
+            state.idle_reason = config.idle_reason
+    text = config.text_for(state.encouragement_count)
+    if search_guidance:
+        text = f"{text}\n{config.search_guidance}"
+    return Message(
+        role="user",
+        content=text,
+        source="nudge",
+        created_at=now,
+        metadata={"synthetic": True, "encouragement": state.encouragement_count},
+    )
+
+
+def reset(state: ConversationState) -> None:
+    """A real prompt was found: the counter restarts and an idle conversation runs again."""
+    state.encouragement_count = 0
+    state.idle = False
+    state.idle_reason = None
+
+
+def choose_prompt(
+    messages: Sequence[Message],
+    window_start: int,
+    context: CompactionContext,
+    *,
+    nudges: NudgeConfig,
+    swarm_id: str | None = None,
+    selection: Literal["recency", "priority"] = "recency",
+    search_guidance: bool = False,
+) -> PromptChoice:
+    """The prompt source for the next request, updating ``context.state`` (module docstring).
+
+    This mutates ``context.state``, the one mutable, per-conversation object a policy sees.
+    """
+    index = find_prompt(messages, window_start, selection=selection)
+    if index is None:
+        index = latest_broadcast(messages, window_start)
+        origin: Literal["window", "history"] = "history"
+    else:
+        origin = "window"
+    if index is not None:
+        reset(context.state)
+        kind = prompt_kind(messages[index])
+        assert kind is not None
+        return PromptChoice(messages[index], kind, origin, index)
+    stored = stored_broadcast(context, swarm_id)
+    if stored is not None:
+        reset(context.state)
+        return PromptChoice(stored, prompt_kind(stored) or "direct", "store")
+    nudge = make_nudge(context.state, nudges, now=context.now, search_guidance=search_guidance)
+    return PromptChoice(nudge, "nudge", "nudge")

@@ -1,0 +1,331 @@
+"""Summary compaction of NEXUS3's context manager (seed 003).
+
+When the context approaches capacity (the budget's trigger, or a forced run), the policy
+walks back from the newest message keeping whole groups until ``recent_preserve_ratio`` of
+the message budget is used, asks for ONE summary of everything older and returns::
+
+    [system prompt]            (optionally reloaded: seed 003's reload on compaction)
+    [CONTEXT SUMMARY] ...      a user message with seed 003's prefix and the time it was made
+    [pinned older groups]      kept verbatim, never folded into a summary
+    [preserved recent groups]
+
+The summary is a user message; the preserved part may start with any role after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, tzinfo
+
+from .._errors import BudgetExceededError, ConfigurationError
+from .._messages import Message
+from .._policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryReply,
+    SummaryRequest,
+    Target,
+)
+from .._prompts import _local
+from .._shrink import HeadTail, truncate_head_tail
+from .._structure import Group, leading_system_count, split_groups
+from ._fit import fits_budget, originals, same, shrink_largest_first, squeeze, targets
+
+__all__ = [
+    "SUMMARY_INSTRUCTIONS",
+    "SUMMARY_NOTICE",
+    "SUMMARY_PREFIX",
+    "SummaryPolicy",
+    "summary_message",
+]
+
+SUMMARY_PREFIX = (
+    "[CONTEXT SUMMARY]\n"
+    "The following is a summary of our previous conversation. It was automatically\n"
+    "generated when the context window needed compaction. Treat this as established\n"
+    "context - you don't need to re-confirm decisions already made.\n"
+    "\n"
+    "---\n"
+)
+"""Seed 003's marker and explanation, placed before every summary."""
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the conversation below so that it can replace these messages in the "
+    "context. Keep: what the user asked for and why; decisions and confirmations; key "
+    "facts and exact values (names, ids, numbers, dates, paths, URLs, errors); what was "
+    "done with which result; and what remains to be done. Write plain, concise text."
+)
+"""What the summarizer is asked for."""
+
+SUMMARY_NOTICE = (
+    "[CONTEXT NOTICE]\n"
+    "Older messages ({dropped} of them) were removed to fit the context window and a "
+    "summary of them could not be generated. Continue from the messages below; if you "
+    "need something that is no longer shown, search the history or ask."
+)
+"""The message that replaces a failed summary, so no history is lost silently."""
+
+
+def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None) -> Message:
+    """The ``[CONTEXT SUMMARY]`` user message for ``text``, stamped with when it was made."""
+    moment, label = _local(now, tz)
+    stamp = f"[Summary generated: {moment:%Y-%m-%d %H:%M} ({label})]\n\n"
+    return Message(
+        role="user",
+        content=SUMMARY_PREFIX + stamp + text.strip(),
+        source="summary",
+        created_at=now,
+        metadata={"compaction": "summary"},
+    )
+
+
+class SummaryPolicy:
+    """LLM summary compaction with a preserved recent tail (seed 003).
+
+    Runs when the input passes ``budget.trigger_tokens`` (or when forced) and returns the
+    input itself otherwise. One :class:`SummaryRequest` (purpose ``"summary"``) covers every
+    message older than the preserved tail, except pinned groups, which stay verbatim.
+
+    When the summary fails (``reply.text is None``) nothing is folded: the newest groups
+    that fit the budget's target are kept verbatim (at least the last group), the older
+    ones are dropped, and a ``[CONTEXT NOTICE]`` says so, in the messages and in the
+    report's notes.
+
+    When the result is still over budget: the preserved tool results are cut head+tail,
+    then the summary text is cut head+tail to fit; ``BudgetExceededError`` when the system
+    prompt, a label-only summary and the preserved groups cut to labels still do not fit.
+
+    Args:
+        recent_preserve_ratio: share of the message budget (the input budget less the
+            system prompt and tool definitions) kept verbatim at the end, in (0, 1).
+        reload_system_prompt: called on each compaction for a fresh system prompt
+            (seed 003 reloads the prompt files then); it replaces the first system message.
+            If it raises, the old prompt is kept and the report says why.
+        instructions: what the summarizer is asked for.
+        tz: the zone of the summary's timestamp (default: the machine's local zone).
+        shape: head+tail proportions for cutting tool results and the summary.
+    """
+
+    name = "summary"
+
+    def __init__(
+        self,
+        recent_preserve_ratio: float = 0.25,
+        *,
+        reload_system_prompt: Callable[[], str] | None = None,
+        instructions: str = SUMMARY_INSTRUCTIONS,
+        tz: tzinfo | None = None,
+        shape: HeadTail | None = None,
+    ) -> None:
+        if not 0 < recent_preserve_ratio < 1:
+            raise ConfigurationError(
+                f"recent_preserve_ratio must be in (0, 1), got {recent_preserve_ratio}"
+            )
+        if reload_system_prompt is not None and not callable(reload_system_prompt):
+            raise ConfigurationError("reload_system_prompt must be callable or None")
+        if not instructions.strip():
+            raise ConfigurationError("instructions must not be empty")
+        self.recent_preserve_ratio = recent_preserve_ratio
+        self.reload_system_prompt = reload_system_prompt
+        self.instructions = instructions
+        self.tz = tz
+        self.shape = shape or HeadTail()
+
+    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        """Summarize the older part when the trigger is reached (one request at most)."""
+        if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
+            return PolicyOutcome(messages=messages, method="none")
+        n_sys = leading_system_count(messages)
+        system, notes = self._system(messages[:n_sys])
+        groups = split_groups(messages, n_sys)
+        count = context.counter.count_message
+        room = context.available - context.counter.count_messages(system)
+        keep_from = _preserve_from(groups, int(room * self.recent_preserve_ratio), count)
+        older, recent = groups[:keep_from], groups[keep_from:]
+        folded = [g for g in older if not any(m.is_pinned for m in g.messages)]
+        pinned = [g for g in older if any(m.is_pinned for m in g.messages)]
+        if not folded:
+            return self._fit_only(messages, system, groups, context, notes)
+        kept = [m for g in (*pinned, *recent) for m in g.messages]
+        spare = room - sum(count(m) for m in kept) - 80
+        reply: SummaryReply = yield SummaryRequest(
+            messages=tuple(m for g in folded for m in g.messages),
+            instructions=self.instructions,
+            max_tokens=max(64, min(spare, int(room * self.recent_preserve_ratio))),
+            purpose="summary",
+        )
+        if reply.text is None:
+            return self._failed(messages, system, groups, context, notes, reply)
+        summary = summary_message(reply.text, context.now, self.tz)
+        out = [*system, summary, *kept]
+        origins: list[int | None] = [None] * (len(system) + 1)
+        origins += [i for g in (*pinned, *recent) for i in range(g.start, g.end)]
+        fitted = self._fit(out, origins, len(system), reply.text, context)
+        changed = targets(originals(messages, out, origins), fitted, origins, context)
+        folded_targets = [
+            Target(i, messages[i].role, "summarized", count(messages[i]), 0,
+                   messages[i].name if messages[i].role == "tool" else None)
+            for g in folded for i in range(g.start, g.end)
+        ]
+        return PolicyOutcome(
+            messages=fitted, method=self.name, targets=(*folded_targets, *changed),
+            notes=tuple(notes),
+            details={"summarized_messages": len(folded_targets), "preserved_messages": len(kept),
+                     "summary_origin": reply.origin},
+        )
+
+    # -- pieces ---------------------------------------------------------------------
+
+    def _system(self, block: Sequence[Message]) -> tuple[list[Message], list[str]]:
+        """The system block, with the first system message reloaded when configured."""
+        if self.reload_system_prompt is None:
+            return list(block), []
+        try:
+            fresh = self.reload_system_prompt()
+        except Exception as exc:
+            return list(block), [f"system prompt reload failed ({type(exc).__name__}: {exc})"]
+        if not block:
+            return [Message(role="system", content=fresh)], ["system prompt reloaded"]
+        first = block[0] if block[0].content == fresh else replace(block[0], content=fresh)
+        return [first, *block[1:]], ["system prompt reloaded"]
+
+    def _fit(
+        self,
+        out: list[Message],
+        origins: list[int | None],
+        n_system: int,
+        text: str,
+        context: CompactionContext,
+    ) -> list[Message]:
+        """Fit summary + kept groups: cut kept tool results, then the summary text."""
+        fits = fits_budget(context)
+        tools = [k for k, m in enumerate(out) if k > n_system and m.role == "tool"]
+        saved = [out[k] for k in tools]
+        if fits(out) or shrink_largest_first(out, tools, fits, self.shape):
+            return out
+        at = n_system  # position of the summary message
+        lo, hi = 0, len(text)
+
+        def with_summary(cap: int) -> list[Message]:
+            cut = truncate_head_tail(text, HeadTail(0.6, 10**9, 0.3, 10**9), max_chars=cap)
+            candidate = list(out)
+            candidate[at] = summary_message(cut, context.now, self.tz)
+            return candidate
+
+        if not fits(with_summary(0)):
+            shrunk = with_summary(0)
+            _squeeze_or_raise(shrunk, tools, saved, context, self.shape,
+                              "the system prompt, the summary label and the preserved messages")
+            return shrunk
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(with_summary(mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return with_summary(lo)
+
+    def _fit_only(
+        self,
+        messages: Sequence[Message],
+        system: list[Message],
+        groups: Sequence[Group],
+        context: CompactionContext,
+        notes: list[str],
+    ) -> PolicyOutcome:
+        """Nothing older than the preserved tail can be folded: keep everything, cut tool
+        results head+tail if it does not fit."""
+        out = [*system, *(m for g in groups for m in g.messages)]
+        origins: list[int | None] = [None] * len(system)
+        origins += [i for g in groups for i in range(g.start, g.end)]
+        fits = fits_budget(context)
+        tools = [k for k, m in enumerate(out) if k >= len(system) and m.role == "tool"]
+        saved = [out[k] for k in tools]
+        if not shrink_largest_first(out, tools, fits, self.shape):
+            _squeeze_or_raise(out, tools, saved, context, self.shape,
+                              "the system prompt and the newest group")
+        if same(out, messages):
+            return PolicyOutcome(messages=messages, method="none",
+                                 notes=("nothing older than the preserved tail to summarize",))
+        changed = targets(originals(messages, out, origins), out, origins, context)
+        return PolicyOutcome(
+            messages=out, method=self.name, targets=tuple(changed),
+            notes=(*notes, "nothing older than the preserved tail to summarize"),
+        )
+
+    def _failed(
+        self,
+        messages: Sequence[Message],
+        system: list[Message],
+        groups: Sequence[Group],
+        context: CompactionContext,
+        notes: list[str],
+        reply: SummaryReply,
+    ) -> PolicyOutcome:
+        """No summary: keep the newest groups that fit the target, verbatim, and a notice."""
+        count = context.counter.count_message
+        placeholder = _notice(len(messages), context.now)
+        base = context.measure([*system, placeholder])
+        pinned = [g for g in groups if any(m.is_pinned for m in g.messages)]
+        base += sum(count(m) for g in pinned for m in g.messages)
+        keep_from = _preserve_from(groups, context.budget.target_tokens - base, count)
+        kept = [g for k, g in enumerate(groups) if k >= keep_from or g in pinned]
+        dropped = [g for g in groups if g not in kept]
+        n_dropped = sum(len(g) for g in dropped)
+        out = [*system, _notice(n_dropped, context.now), *(m for g in kept for m in g.messages)]
+        origins: list[int | None] = [None] * (len(system) + 1)
+        origins += [i for g in kept for i in range(g.start, g.end)]
+        fits = fits_budget(context)
+        tools = [k for k, m in enumerate(out) if k > len(system) and m.role == "tool"]
+        saved = [out[k] for k in tools]
+        if not shrink_largest_first(out, tools, fits, self.shape):
+            _squeeze_or_raise(out, tools, saved, context, self.shape,
+                              "the system prompt, the notice and the newest group")
+        changed = targets(originals(messages, out, origins), out, origins, context)
+        gone = [Target(i, messages[i].role, "dropped", count(messages[i]), 0,
+                       messages[i].name if messages[i].role == "tool" else None)
+                for g in dropped for i in range(g.start, g.end)]
+        return PolicyOutcome(
+            messages=out, method=self.name, targets=(*gone, *changed),
+            notes=(*notes, f"summary failed ({reply.error or 'no text'}): dropped the "
+                   f"{n_dropped} oldest messages and kept {len(out) - len(system) - 1} "
+                   "verbatim with a notice"),
+            details={"summarized_messages": 0, "dropped_messages": n_dropped,
+                     "summary_origin": reply.origin},
+        )
+
+
+def _notice(dropped: int, now: datetime | None) -> Message:
+    return Message(role="user", content=SUMMARY_NOTICE.format(dropped=dropped),
+                   source="summary", created_at=now, metadata={"compaction": "notice"})
+
+
+def _preserve_from(groups: Sequence[Group], limit: int, count: Callable[[Message], int]) -> int:
+    """Index of the first group of the newest run of groups within ``limit`` tokens; the
+    last group is always preserved, and a group is never split."""
+    used, k = 0, len(groups)
+    while k > 0:
+        size = sum(count(m) for m in groups[k - 1].messages)
+        if k < len(groups) and used + size > limit:
+            break
+        used += size
+        k -= 1
+    return k
+
+
+def _squeeze_or_raise(
+    out: list[Message],
+    positions: list[int],
+    originals: list[Message],
+    context: CompactionContext,
+    shape: HeadTail,
+    what: str,
+) -> None:
+    """Cut the tool results at ``positions`` to the largest size that fits, or raise."""
+    fits = fits_budget(context)
+    if fits(out) or squeeze(out, positions, originals, fits, shape):
+        return
+    raise BudgetExceededError(what, needed=context.measure(out),
+                              available=context.budget.input_budget)

@@ -1,0 +1,250 @@
+"""Turn-aware composition: past turns compressed, the current turn complete (seed 000 v0.5).
+
+::
+
+    [system prompt]
+    [historical turn 1: prompt, latest tool loop, final answer]
+    ...
+    [current turn: prompt and everything after it, uncompressed]
+
+The current turn starts at the most recent real prompt (direct message or broadcast; see
+``prompt_source``). Keeping it whole preserves multi-step reasoning: a session id returned
+by a login call three loops ago stays visible for the rest of the turn.
+
+Each historical turn keeps its prompt, its latest tool loop and its final assistant answer
+(the last message of the turn when it is an assistant text). The seed keeps only the loop;
+the prompt keeps the sequence valid (a loop must follow a user message) and says what the
+loop was for, and the answer is what the user was told, which later turns build on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import ConfigurationError
+from .._messages import Message
+from .._policy import CompactionContext, PolicyOutcome, SimplePolicy
+from .._prompts import TemporalContext
+from .._shrink import HeadTail
+from .._structure import Group, leading_system_count, split_groups
+from ._fit import Fits, fits_budget, originals, same, shrink_largest_first, targets
+from .loop_slice import _prompt_notes, fit_loop
+from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_kind
+
+__all__ = ["TurnAwarePolicy", "compress_turn"]
+
+
+def compress_turn(groups: Sequence[Group]) -> list[int]:
+    """Input indices a historical turn keeps: its prompt, latest loop and final answer.
+
+    A turn that does not open with a user message (only possible before the first prompt)
+    keeps nothing: placed in the middle of the output it would break the format.
+    """
+    if not groups or groups[0].head.role != "user":
+        return []
+    keep: list[Group] = [groups[0]]
+    loops = [g for g in groups[1:] if g.is_tool_loop]
+    if loops:
+        keep.append(loops[-1])
+    last = groups[-1]
+    if len(groups) > 1 and last.head.role == "assistant" and not last.is_tool_loop:
+        keep.append(last)
+    return [i for g in keep for i in range(g.start, g.end)]
+
+
+@dataclass
+class _Plan:
+    """The composition being fitted; message positions refer to the policy's input."""
+
+    system: list[Message]
+    history: list[list[int]]
+    prompt: Message
+    prompt_index: int | None
+    middle: list[Group]
+    loop: Group | None
+    trailing: list[Group]
+    replaced: dict[int, Message] = field(default_factory=dict)
+
+    def current_indices(self) -> list[int]:
+        groups = [*self.middle, *([self.loop] if self.loop else []), *self.trailing]
+        return [i for g in groups for i in range(g.start, g.end)]
+
+    def build(self, messages: Sequence[Message]) -> tuple[list[Message], list[int | None]]:
+        origins: list[int | None] = [None] * len(self.system)
+        origins += [i for turn in self.history for i in turn]
+        origins.append(self.prompt_index)
+        origins += self.current_indices()
+        out = list(self.system)
+        for o in origins[len(self.system):]:
+            if o is None or o == self.prompt_index:
+                out.append(self.prompt)
+            else:
+                out.append(self.replaced.get(o, messages[o]))
+        return out, origins
+
+    def shrink(self, messages: Sequence[Message], indices: set[int], fits: Fits,
+               shape: HeadTail) -> bool:
+        """Cut tool results at input ``indices`` head+tail, largest first, until it fits."""
+        out, origins = self.build(messages)
+        positions = [k for k, o in enumerate(origins)
+                     if o is not None and o in indices and out[k].role == "tool"]
+        done = shrink_largest_first(out, positions, fits, shape)
+        for k in positions:
+            o = origins[k]
+            if o is not None and out[k] is not messages[o]:
+                self.replaced[o] = out[k]
+        return done
+
+
+class TurnAwarePolicy(SimplePolicy):
+    """System prompt + historical turns compressed to their latest loop + the current turn
+    complete (seed 000 v0.5).
+
+    Over budget, it degrades in this order, stopping as soon as the output fits:
+
+    1. the tool results of the current turn's *older* loops are cut head+tail, largest
+       first (every message of the turn stays);
+    2. historical turns are dropped, oldest first;
+    3. the tool results of the current turn's latest loop are cut head+tail;
+    4. the current turn's messages between its prompt and its latest loop are dropped,
+       oldest group first;
+    5. the messages after the latest loop are dropped, and the latest loop is cut to the
+       largest common head+tail size that fits, or left out whole if even that fails.
+
+    So the whole current turn is kept whenever it fits with its older loops cut, and a
+    loop is never split. ``BudgetExceededError`` only when the system prompt and the
+    current prompt alone do not fit.
+
+    Like :class:`LoopSlicePolicy`, this policy **updates** ``context.state``: a real prompt
+    resets the encouragement counter; a history with no real prompt (and no broadcast in
+    the store) gets seed 001's synthetic nudge as its prompt, which counts toward idle.
+
+    Args:
+        nudges: the nudge texts and the idle limit.
+        swarm_id: the swarm whose commander broadcast a new agent inherits (store lookup).
+        include_search_guidance: append ``nudges.search_guidance`` to each nudge.
+        shape: head+tail proportions for cutting tool results.
+        temporal: inject the current date and time into the system prompt on every build.
+    """
+
+    name = "turn_aware"
+
+    def __init__(
+        self,
+        *,
+        nudges: NudgeConfig | None = None,
+        swarm_id: str | None = None,
+        include_search_guidance: bool = False,
+        shape: HeadTail | None = None,
+        temporal: TemporalContext | None = None,
+    ) -> None:
+        if nudges is not None and not isinstance(nudges, NudgeConfig):
+            raise ConfigurationError(f"nudges must be a NudgeConfig, got {type(nudges).__name__}")
+        self.nudges = nudges or NudgeConfig()
+        self.swarm_id = swarm_id
+        self.include_search_guidance = include_search_guidance
+        self.shape = shape or HeadTail()
+        self.temporal = temporal
+
+    def _compose(
+        self, messages: Sequence[Message], context: CompactionContext
+    ) -> tuple[_Plan, PromptChoice]:
+        """The uncut composition (updates ``context.state`` through the prompt choice)."""
+        n_sys = leading_system_count(messages)
+        choice = choose_prompt(
+            messages, n_sys, context, nudges=self.nudges, swarm_id=self.swarm_id,
+            search_guidance=self.include_search_guidance,
+        )
+        system = list(messages[:n_sys])
+        if self.temporal is not None:
+            system = list(self.temporal.inject(system, context.now))
+        groups = split_groups(messages, n_sys)
+        if choice.index is None:  # no real prompt anywhere: the whole body is the turn
+            history: list[list[int]] = []
+            current = groups
+        else:
+            at = next(k for k, g in enumerate(groups) if g.start == choice.index)
+            history = _history(groups[:at])
+            current = groups[at + 1:]
+        loop_at = max((k for k, g in enumerate(current) if g.is_tool_loop), default=None)
+        if loop_at is None:
+            middle, loop, trailing = list(current), None, []
+        else:
+            middle, loop, trailing = current[:loop_at], current[loop_at], current[loop_at + 1:]
+        plan = _Plan(system, history, choice.message, choice.index, middle, loop, trailing)
+        return plan, choice
+
+    def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
+        """Compose and fit (updates ``context.state``)."""
+        plan, choice = self._compose(messages, context)
+        out, _ = plan.build(messages)
+        details: dict[str, Any] = {"prompt_kind": choice.kind, "prompt_origin": choice.origin,
+                   "encouragement_count": context.state.encouragement_count,
+                   "idle": context.state.idle, "history_turns": len(plan.history)}
+        if same(out, messages):
+            return PolicyOutcome(messages=messages, method="none", details=details)
+        fitted, fitted_origins, steps = self._fit(plan, messages, context)
+        before = originals(messages, fitted, fitted_origins)
+        changed = targets(before, fitted, fitted_origins, context)
+        details["history_turns_kept"] = len(plan.history)
+        details["degradation"] = steps
+        if same(fitted, messages):
+            return PolicyOutcome(messages=messages, method="none", details=details)
+        return PolicyOutcome(
+            messages=fitted, method=self.name, targets=tuple(changed),
+            notes=(*_prompt_notes(choice, context, self.nudges),
+                   *(f"over budget: {s}" for s in steps)),
+            details=details,
+        )
+
+    def _fit(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> tuple[list[Message], list[int | None], list[str]]:
+        """Apply the degradation steps of the class docstring until the output fits."""
+        fits = fits_budget(context)
+        steps: list[str] = []
+
+        def done() -> bool:
+            return fits(plan.build(messages)[0])
+
+        older = {i for g in plan.middle if g.is_tool_loop for i in range(g.start, g.end)}
+        if not done() and older:
+            steps.append("cut older loops of the current turn")
+            plan.shrink(messages, older, fits, self.shape)
+        if not done() and plan.history:
+            steps.append("dropped historical turns, oldest first")
+            while plan.history and not done():
+                plan.history.pop(0)
+        latest = set(range(plan.loop.start, plan.loop.end)) if plan.loop else set()
+        if not done() and latest:
+            steps.append("cut the latest loop")
+            plan.shrink(messages, latest, fits, self.shape)
+        if not done() and plan.middle:
+            steps.append("dropped the current turn's earlier groups, oldest first")
+            while plan.middle and not done():
+                plan.middle.pop(0)
+        if done():
+            out, origins = plan.build(messages)
+            return out, origins, steps
+        steps.append("kept only the prompt and the latest loop")
+        plan.trailing = []
+        out, origins = plan.build(messages)
+        head_len = len(plan.system) + 1
+        if plan.loop is not None:  # fit_loop cuts from the original loop, not the cut one
+            out[head_len:] = list(plan.loop.messages)
+        fitted, notes = fit_loop(out, head_len, context, self.shape)
+        steps.extend(notes)
+        return fitted, origins[: len(fitted)], steps
+
+
+def _history(groups: Sequence[Group]) -> list[list[int]]:
+    """The compressed historical turns of ``groups`` (everything before the current turn)."""
+    turns: list[list[Group]] = []
+    for g in groups:
+        if not turns or prompt_kind(g.head) is not None:
+            turns.append([])
+        turns[-1].append(g)
+    kept = [compress_turn(t) for t in turns]
+    return [t for t in kept if t]
