@@ -110,8 +110,9 @@ def finish(
     llm_calls: int,
     notes: tuple[str, ...],
     started: float,
+    details: Mapping[str, Any] | None = None,
 ) -> CompactionResult:
-    """Check the policy's output and build the result.
+    """Check the policy's output and build the result (``details`` join the policy's).
 
     Raises:
         CompactionError: the policy returned an invalid sequence (a bug in the policy).
@@ -143,7 +144,7 @@ def finish(
         forced=context.force,
         repairs=repairs,
         notes=notes + outcome.notes,
-        details=dict(outcome.details),
+        details={**outcome.details, **(details or {})},
     )
     messages = out if isinstance(out, list) else list(out)
     return CompactionResult(messages=messages, report=report)
@@ -182,11 +183,11 @@ def compact(
         messages, budget=budget, counter=counter, tools=tools, force=force,
         known_tokens=known_tokens, now=now,
     )
-    service = SummaryService(summarizer)
+    service = SummaryService(summarizer, counter=context.counter)
     outcome = drive_sync(policy.run(view, context), service.answer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started,
+        notes=tuple(service.notes), started=started, details={"summary": service.details()},
     )
 
 
@@ -208,9 +209,9 @@ async def acompact(
         messages, budget=budget, counter=counter, tools=tools, force=force,
         known_tokens=known_tokens, now=now,
     )
-    service = SummaryService(summarizer)
+    service = SummaryService(summarizer, counter=context.counter)
     outcome = await drive_async(policy.run(view, context), service.aanswer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started,
+        notes=tuple(service.notes), started=started, details={"summary": service.details()},
     )
