@@ -12,6 +12,7 @@ live in ``langchain_contextfold`` and ``llama_index.memory.contextfold``.
 from ._anthropic import from_anthropic, to_anthropic
 from ._budget import MODEL_LIMITS, Budget, ModelLimits
 from ._compact import acompact, compact
+from ._compactor import Compactor
 from ._counting import (
     EstimatingCounter,
     TiktokenCounter,
@@ -33,6 +34,9 @@ from ._errors import (
     SummarizerError,
     TranscriptError,
 )
+from ._events import CompactionApplied, CompactionStarted, ConversationIdle
+from ._extractive import ExtractiveSummarizer
+from ._identifiers import extract_identifiers
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
 from ._policies.loop_slice import LoopSlicePolicy
@@ -69,6 +73,9 @@ from ._store import (
 )
 from ._structure import Group, Turn, split_groups, split_turns, tool_loops
 from ._summarizer import AsyncSummarizer, ScriptedSummarizer, Summarizer
+from ._summary_cache import LRUSummaryCache, SummaryCache
+from ._summary_service import RetryPolicy
+from ._usage import UsageBreakdown
 from ._validate import Problem, repair, validate
 
 # -- converters (issue: foundation) -------------------------------------------------
@@ -86,20 +93,26 @@ __all__ = [
     "BroadcastStore",
     "Budget",
     "BudgetExceededError",
+    "CompactionApplied",
     "CompactionContext",
     "CompactionError",
     "CompactionReport",
     "CompactionResult",
+    "CompactionStarted",
+    "Compactor",
     "ConfigurationError",
     "ContentPart",
     "ContextfoldError",
+    "ConversationIdle",
     "ConversationState",
     "ConversionError",
     "CorruptRowError",
     "EstimatingCounter",
+    "ExtractiveSummarizer",
     "Group",
     "HistoryStore",
     "ImagePart",
+    "LRUSummaryCache",
     "LoadedPrompt",
     "LoopSlicePolicy",
     "MemoryStore",
@@ -115,6 +128,7 @@ __all__ = [
     "Problem",
     "PromptLoader",
     "ReferenceStore",
+    "RetryPolicy",
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
@@ -126,6 +140,7 @@ __all__ = [
     "StoreError",
     "Summarizer",
     "SummarizerError",
+    "SummaryCache",
     "SummaryPolicy",
     "SummaryReply",
     "SummaryRequest",
@@ -140,10 +155,12 @@ __all__ = [
     "TruncationPolicy",
     "Turn",
     "TurnAwarePolicy",
+    "UsageBreakdown",
     "acompact",
     "compact",
     "counter_for_model",
     "encoding_for_model",
+    "extract_identifiers",
     "from_anthropic",
     "from_openai",
     "repair",
