@@ -103,6 +103,11 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     their results) that come before the first user message. Every other message is kept,
     in order. The input is not modified. A valid input comes back as an equal list with no
     notes.
+
+    A history with no user message at all keeps its assistant messages: no repair can
+    supply the prompt, and an autonomous agent's history (seed 001: nudges are never
+    stored) would otherwise lose all its work; a policy that supplies the prompt
+    (loop-slice's nudge) makes it valid.
     """
     if not validate(messages):
         return list(messages), []
@@ -114,7 +119,8 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     rest = [m for m in messages if m.role not in SYSTEM_ROLES]
     matcher = _Matcher(rest)
     out: list[Message] = list(systems)
-    seen_user = False
+    has_user = any(m.role == "user" for m in rest)
+    seen_user = not has_user
     for k, m in enumerate(rest):
         if m.role == "tool":
             if k not in matcher.used:
@@ -131,7 +137,7 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
             out.extend(matcher.answer(m, k, notes))
         else:
             out.append(m)
-    if not seen_user:
+    if not has_user:
         notes.append("no user message: the sequence still needs a prompt")
     return out, notes
 
