@@ -1,0 +1,469 @@
+"""Conversions between LlamaIndex ``ChatMessage`` and ``contextfold.Message``.
+
+``ChatMessage -> Message -> ChatMessage`` is lossless for everything LlamaIndex carries:
+roles (``function``, ``chatbot`` and ``model`` included), every content block, tool calls
+as ``ToolCallBlock`` or OpenAI-style ``additional_kwargs["tool_calls"]``, tool results
+(``additional_kwargs["tool_call_id"]``), names and the rest of ``additional_kwargs``.
+
+What the core model has no field for is kept under ``metadata["llama_index"]`` (only
+when needed, so plain messages carry no metadata): the original role, the block order,
+``additional_kwargs``, thinking-block extras and tool-call argument forms. On the way back
+the core fields win: a policy that truncated a text or dropped a call gets its change,
+and the kept extras apply only where they still describe the message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import struct
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import quote, unquote
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ContentBlock,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
+from pydantic import TypeAdapter
+
+import contextfold as cf
+from contextfold import ConversionError, ImagePart, Message, OpaquePart, TextPart, ToolCall
+
+__all__ = [
+    "from_llama_index",
+    "message_from_llama_index",
+    "message_to_llama_index",
+    "to_llama_index",
+    "tool_definitions",
+]
+
+META_KEY = "llama_index"
+"""The ``Message.metadata`` key holding what only LlamaIndex carries."""
+
+_ROLE_IN: Mapping[str, cf.Role] = {
+    "system": "system",
+    "developer": "developer",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "chatbot": "assistant",
+    "model": "assistant",
+}
+_BLOCKS: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+
+
+# -- LlamaIndex -> core ------------------------------------------------------------------
+
+
+def message_from_llama_index(message: ChatMessage, *, index: int | None = None) -> Message:
+    """Convert one ``ChatMessage``; ``index`` only labels errors.
+
+    Raises:
+        ConversionError: the message is not a ``ChatMessage`` or has an unknown role.
+    """
+    if not isinstance(message, ChatMessage):
+        raise ConversionError(
+            f"expected llama_index ChatMessage, got {type(message).__name__}", index=index
+        )
+    li_role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
+    role = _ROLE_IN.get(li_role)
+    if role is None:
+        raise ConversionError(f"unknown role {li_role!r}", index=index, field="role")
+    extras: dict[str, Any] = {}
+    parts: list[cf.ContentPart] = []
+    calls: list[ToolCall] = []
+    thinking: list[ThinkingBlock] = []
+    forms: list[dict[str, bool]] = []
+    layout = [_block_in(b, parts, calls, thinking, forms) for b in message.blocks]
+    kwargs = _json_kwargs(message)
+    if not calls and kwargs.get("tool_calls"):
+        calls = _kwargs_calls(kwargs["tool_calls"], index)
+        extras["kwargs_calls"] = True  # calls live only in additional_kwargs
+    content = parts[0].text if len(parts) == 1 and isinstance(parts[0], TextPart) else (
+        tuple(parts) if parts else ""
+    )
+    reasoning = "\n\n".join(t.content or "" for t in thinking) if thinking else None
+    if li_role != role:
+        extras["role"] = li_role
+    n_blocks = 0 if extras.get("kwargs_calls") else len(calls)
+    if layout != _default_layout(content, n_blocks, reasoning is not None):
+        extras["layout"] = layout
+    if len(thinking) > 1 or any(t.num_tokens is not None or t.additional_information
+                                or t.content is None for t in thinking):
+        extras["thinking"] = [t.model_dump(mode="json") for t in thinking]
+    if any(forms):
+        extras["calls"] = forms
+    tool_call_id = kwargs.get("tool_call_id") if role == "tool" else None
+    tool_call_id = tool_call_id if isinstance(tool_call_id, str) else None
+    name = kwargs.get("name")
+    name = name if isinstance(name, str) and name else None
+    kept = {k: v for k, v in kwargs.items()
+            if not (k == "tool_call_id" and tool_call_id is not None)
+            and not (k == "name" and name is not None)}
+    if kept:
+        extras["kwargs"] = kept
+    if "tool_calls" in kept:
+        extras["calls_sig"] = _calls_sig(calls)
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=tuple(calls),
+        tool_call_id=tool_call_id,
+        name=name,
+        reasoning=reasoning,
+        metadata={META_KEY: extras} if extras else {},
+    )
+
+
+def from_llama_index(messages: Iterable[ChatMessage]) -> list[Message]:
+    """Convert LlamaIndex messages to core messages (the input is not modified)."""
+    return [message_from_llama_index(m, index=i) for i, m in enumerate(messages)]
+
+
+def _block_in(
+    block: Any,
+    parts: list[cf.ContentPart],
+    calls: list[ToolCall],
+    thinking: list[ThinkingBlock],
+    call_forms: list[dict[str, bool]],
+) -> str:
+    """Add one block to the right list; return its layout token."""
+    if isinstance(block, TextBlock):
+        parts.append(TextPart(block.text))
+        return "text"
+    if isinstance(block, ImageBlock):
+        part, token = _image_in(block)
+        parts.append(part)
+        return token
+    if isinstance(block, ThinkingBlock):
+        thinking.append(block)
+        return "thinking"
+    if isinstance(block, ToolCallBlock):
+        form: dict[str, bool] = {}
+        if isinstance(block.tool_kwargs, str):
+            arguments = block.tool_kwargs
+            form["str"] = True
+        else:
+            arguments = json.dumps(block.tool_kwargs, ensure_ascii=False, default=str)
+        if block.tool_call_id is None:
+            form["no_id"] = True
+        call_id = block.tool_call_id if block.tool_call_id is not None else _fresh_id()
+        calls.append(ToolCall(id=call_id, name=block.tool_name, arguments=arguments))
+        call_forms.append(form)
+        return "tool_call"
+    data = block.model_dump(mode="json") if hasattr(block, "model_dump") else dict(block)
+    parts.append(OpaquePart(kind=str(data.get("block_type", "unknown")), data=data))
+    return "opaque"
+
+
+def _image_in(block: ImageBlock) -> tuple[cf.ContentPart, str]:
+    """An image block as an ``ImagePart`` and where its data lived (url/bytes/path).
+
+    A block holding more than one source is kept whole as an opaque part.
+    """
+    sources = [k for k in ("url", "image", "path") if getattr(block, k) is not None]
+    mime, detail = block.image_mimetype, block.detail
+    if len(sources) > 1:
+        return OpaquePart(kind="image", data=block.model_dump(mode="json")), "opaque"
+    if sources == ["url"]:
+        return ImagePart(url=str(block.url), detail=detail, media_type=mime), "image:url"
+    if sources == ["image"]:
+        raw = block.image if isinstance(block.image, bytes) else _read_io(block.image)
+        b64 = raw.decode("ascii", errors="replace")
+        width, height = _image_size(b64) or (None, None)
+        return ImagePart(url=f"data:{mime or ''};base64,{b64}", detail=detail, width=width,
+                         height=height, media_type=mime), "image:bytes"
+    if sources == ["path"]:
+        url = "file:" + quote(str(block.path))
+        return ImagePart(url=url, detail=detail, media_type=mime), "image:path"
+    return ImagePart(url="", detail=detail, media_type=mime), "image:empty"
+
+
+def _read_io(stream: Any) -> bytes:
+    stream.seek(0)
+    data = stream.read()
+    return base64.b64encode(data) if isinstance(data, bytes) else str(data).encode()
+
+
+def _default_layout(
+    content: str | tuple[cf.ContentPart, ...], n_calls: int, has_reasoning: bool
+) -> list[str]:
+    """The block order rebuilt when no layout is kept: thinking, content, tool calls."""
+    out = ["thinking"] if has_reasoning else []
+    if isinstance(content, str):
+        out += ["text"] if content else []
+    else:
+        out += [_part_token(p) for p in content]
+    return out + ["tool_call"] * n_calls
+
+
+def _part_token(part: cf.ContentPart) -> str:
+    if isinstance(part, TextPart):
+        return "text"
+    if isinstance(part, ImagePart):
+        if part.url.startswith("data:"):
+            return "image:bytes"
+        if part.url.startswith("file:"):
+            return "image:path"
+        return "image:url" if part.url else "image:empty"
+    return "opaque"
+
+
+def _json_kwargs(message: ChatMessage) -> dict[str, Any]:
+    """``additional_kwargs`` as JSON values (provider objects dumped to dicts)."""
+    if not message.additional_kwargs:
+        return {}
+    try:
+        dumped = message.model_dump(mode="json", include={"additional_kwargs"})
+        value = dumped["additional_kwargs"]
+    except Exception:  # an object pydantic cannot serialize: keep its text form
+        value = json.loads(json.dumps(message.additional_kwargs, default=str))
+    return cast(dict[str, Any], value)
+
+
+def _kwargs_calls(raw: Any, index: int | None) -> list[ToolCall]:
+    """``additional_kwargs["tool_calls"]`` (already JSON) as core tool calls.
+
+    Accepts OpenAI's shape (``{"id", "function": {"name", "arguments"}}``) and the flat
+    one some integrations use (``{"id", "name", "input" | "arguments"}``).
+    """
+    if not raw:
+        return []
+    if not isinstance(raw, list):
+        raise ConversionError("tool_calls must be a list", index=index, field="tool_calls")
+    calls = []
+    for k, item in enumerate(raw):
+        fn = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(fn, dict):
+            fn = item if isinstance(item, dict) else {}
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConversionError(
+                "each tool call needs a name", index=index, field=f"tool_calls[{k}]"
+            )
+        arguments = fn.get("arguments", fn.get("input"))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(ToolCall(id=str(item.get("id") or _fresh_id()), name=name,
+                              arguments=arguments))
+    return calls
+
+
+def _fresh_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+# -- core -> LlamaIndex ------------------------------------------------------------------
+
+
+def message_to_llama_index(message: Message) -> ChatMessage:
+    """Convert one core message back to a ``ChatMessage``."""
+    extras = message.metadata.get(META_KEY) or {}
+    role = extras.get("role", message.role)
+    if _ROLE_IN.get(role) != message.role:  # the policy changed the role: follow it
+        role = message.role
+    blocks = _blocks_out(message, extras)
+    kwargs = _kwargs_out(message, extras)
+    return ChatMessage(role=MessageRole(role), blocks=blocks, additional_kwargs=kwargs)
+
+
+def to_llama_index(messages: Iterable[Message]) -> list[ChatMessage]:
+    """Convert core messages to LlamaIndex messages."""
+    return [message_to_llama_index(m) for m in messages]
+
+
+def _blocks_out(message: Message, extras: Mapping[str, Any]) -> list[Any]:
+    content = message.content
+    parts: list[cf.ContentPart] = list(content) if not isinstance(content, str) else (
+        [TextPart(content)] if content else []
+    )
+    thinking = _thinking_out(message, extras)
+    calls = () if extras.get("kwargs_calls") else message.tool_calls
+    layout = extras.get("layout")
+    if not isinstance(layout, list) or not _layout_fits(layout, parts, calls, len(thinking),
+                                                         message.content):
+        layout = _default_layout(content, len(calls), bool(thinking))
+    elif not parts and "text" in layout:
+        parts = [TextPart("")]  # an empty text block LlamaIndex had (streamed tool calls)
+    forms = extras.get("calls")
+    if not isinstance(forms, list) or len(forms) != len(calls):
+        forms = [{}] * len(calls)
+    part_iter, call_iter = iter(parts), iter(zip(calls, forms, strict=True))
+    thinking_iter = iter(thinking)
+    blocks: list[Any] = []
+    for token in layout:
+        if token == "thinking":
+            blocks.append(next(thinking_iter))
+        elif token == "tool_call":
+            call, form = next(call_iter)
+            blocks.append(_call_out(call, form))
+        else:
+            blocks.append(_part_out(next(part_iter), token))
+    return blocks
+
+
+def _layout_fits(
+    layout: Sequence[str],
+    parts: list[cf.ContentPart],
+    calls: Sequence[ToolCall],
+    n_thinking: int,
+    content: str | tuple[cf.ContentPart, ...],
+) -> bool:
+    """True when a kept layout still describes the message (a policy may have changed it)."""
+    content_tokens = [t for t in layout if t not in ("thinking", "tool_call")]
+    if isinstance(content, str) and not content:
+        ok_content = content_tokens in ([], ["text"])
+    else:
+        kinds = [t.split(":")[0] for t in content_tokens]
+        ok_content = kinds == [_part_token(p).split(":")[0] for p in parts]
+    return (
+        ok_content
+        and layout.count("tool_call") == len(calls)
+        and layout.count("thinking") == n_thinking
+    )
+
+
+def _thinking_out(message: Message, extras: Mapping[str, Any]) -> list[ThinkingBlock]:
+    if message.reasoning is None:
+        return []
+    kept = extras.get("thinking")
+    if isinstance(kept, list) and kept:
+        blocks = [ThinkingBlock.model_validate(b) for b in kept]
+        if "\n\n".join(b.content or "" for b in blocks) == message.reasoning:
+            return blocks
+    return [ThinkingBlock(content=message.reasoning)]
+
+
+def _call_out(call: ToolCall, form: Mapping[str, Any]) -> ToolCallBlock:
+    kwargs: dict[str, Any] | str = call.arguments
+    if not form.get("str"):
+        try:
+            parsed = json.loads(call.arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and json.dumps(parsed, ensure_ascii=False) == call.arguments:
+            kwargs = parsed
+    return ToolCallBlock(
+        tool_call_id=None if form.get("no_id") else call.id,
+        tool_name=call.name,
+        tool_kwargs=kwargs,
+    )
+
+
+def _part_out(part: cf.ContentPart, token: str) -> Any:
+    if isinstance(part, TextPart):
+        return TextBlock(text=part.text)
+    if isinstance(part, ImagePart):
+        return _image_out(part, token)
+    return _BLOCKS.validate_python(dict(part.data))
+
+
+def _image_out(part: ImagePart, token: str) -> ImageBlock:
+    url, mime, detail = part.url, part.media_type, part.detail
+    if url.startswith("data:") and token != "image:url":
+        header, _, b64 = url.partition(",")
+        mime = mime or header[5:].split(";")[0] or None
+        return ImageBlock(image=b64.encode("ascii"), image_mimetype=mime, detail=detail)
+    if url.startswith("file:") and token != "image:url":
+        path = Path(unquote(url[5:]))
+        try:
+            return ImageBlock(path=path, image_mimetype=mime, detail=detail)
+        except ValueError:  # the file is gone: keep the reference without validation
+            return ImageBlock.model_construct(path=path, image_mimetype=mime, detail=detail)
+    if not url:
+        return ImageBlock(image_mimetype=mime, detail=detail)
+    return ImageBlock(url=url, image_mimetype=mime, detail=detail)
+
+
+def _kwargs_out(message: Message, extras: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs = dict(extras.get("kwargs") or {})
+    if message.role == "tool" and message.tool_call_id is not None:
+        kwargs["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        kwargs["name"] = message.name
+    if "tool_calls" in kwargs and extras.get("calls_sig") != _calls_sig(message.tool_calls):
+        # A policy changed the calls: say so in the OpenAI form too.
+        if message.tool_calls:
+            kwargs["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ]
+        else:
+            del kwargs["tool_calls"]
+    return kwargs
+
+
+def _calls_sig(calls: Sequence[ToolCall]) -> str:
+    """A short signature of tool calls, to notice when a policy changed them."""
+    text = json.dumps([[c.id, c.name, c.arguments] for c in calls], ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+# -- tools -------------------------------------------------------------------------------
+
+
+def tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, Any]]:
+    """Tool definitions as OpenAI ``tools`` entries, for counting their tokens.
+
+    Accepts what LlamaIndex passes around: ``BaseTool`` objects (their metadata's OpenAI
+    form) and ready dicts (the OpenAI integration's prepared ``tools``).
+    """
+    out: list[dict[str, Any]] = []
+    for tool in tools or ():
+        if isinstance(tool, Mapping):
+            out.append(dict(tool))
+            continue
+        metadata = getattr(tool, "metadata", None)
+        if metadata is not None and hasattr(metadata, "to_openai_tool"):
+            out.append(metadata.to_openai_tool(skip_length_check=True))
+        else:
+            out.append({"name": str(getattr(tool, "name", tool))})
+    return out
+
+
+# -- image size --------------------------------------------------------------------------
+
+
+def _image_size(b64: str) -> tuple[int, int] | None:
+    """Width and height from a base64 PNG, GIF or JPEG header, when they can be read."""
+    prefix = b64[: 1 << 16]
+    try:
+        head = base64.b64decode(prefix[: len(prefix) // 4 * 4])
+    except (binascii.Error, ValueError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        w, h = struct.unpack(">II", head[16:24])
+        return int(w), int(h)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return int(w), int(h)
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_size(head)
+    return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        length = struct.unpack(">H", data[i + 2 : i + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE,
+                      0xCF):
+            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+            return int(w), int(h)
+        i += 2 + length
+    return None
