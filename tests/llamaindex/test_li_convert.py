@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import struct
 import zlib
@@ -22,15 +21,15 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 from llama_index.core.tools import FunctionTool
+
+import contextfold as cf
+from contextfold.testing import histories
 from llama_index.memory.contextfold import from_llama_index, to_llama_index
 from llama_index.memory.contextfold._convert import (
     message_from_llama_index,
     message_to_llama_index,
     tool_definitions,
 )
-
-import contextfold as cf
-from contextfold.testing import histories
 
 
 def _png(width: int, height: int) -> bytes:
@@ -174,8 +173,11 @@ def test_legacy_roles_map_and_come_back() -> None:
 
 
 def test_image_size_is_read_from_png_bytes_and_counted() -> None:
-    big = message_from_llama_index(ChatMessage(role="user", blocks=[ImageBlock(image=_png(2048, 2048))]))
-    small = message_from_llama_index(ChatMessage(role="user", blocks=[ImageBlock(image=_png(64, 64))]))
+    def image(w: int, h: int) -> cf.Message:
+        return message_from_llama_index(
+            ChatMessage(role="user", blocks=[ImageBlock(image=_png(w, h))]))
+
+    big, small = image(2048, 2048), image(64, 64)
     assert (big.images[0].width, big.images[0].height) == (2048, 2048)
     counter = cf.EstimatingCounter()
     assert counter.count_message(big) > counter.count_message(small)
