@@ -39,9 +39,14 @@ from ._extractive import ExtractiveSummarizer
 from ._identifiers import extract_identifiers
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
+from ._policies.importance import ImportanceScore, score_importance
 from ._policies.loop_slice import LoopSlicePolicy
+from ._policies.passes import StripImagesPass
+from ._policies.pipeline import Pipeline
 from ._policies.prompt_source import NudgeConfig
 from ._policies.summary import SummaryPolicy
+from ._policies.threshold import ThresholdPolicy
+from ._policies.tiered import TieredPolicy
 from ._policies.truncation import TruncationPolicy
 from ._policies.turn_aware import TurnAwarePolicy
 from ._policy import (
@@ -56,6 +61,7 @@ from ._policy import (
 )
 from ._prompts import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
 from ._result import CompactionReport, CompactionResult
+from ._shrink import HeadTail
 from ._store import (
     SEARCH_GUIDANCE,
     BaseStore,
@@ -110,8 +116,10 @@ __all__ = [
     "EstimatingCounter",
     "ExtractiveSummarizer",
     "Group",
+    "HeadTail",
     "HistoryStore",
     "ImagePart",
+    "ImportanceScore",
     "LRUSummaryCache",
     "LoadedPrompt",
     "LoopSlicePolicy",
@@ -122,6 +130,7 @@ __all__ = [
     "NoProgressError",
     "NudgeConfig",
     "OpaquePart",
+    "Pipeline",
     "Policy",
     "PolicyOutcome",
     "PostgresStore",
@@ -138,6 +147,7 @@ __all__ = [
     "SearchableStore",
     "SimplePolicy",
     "StoreError",
+    "StripImagesPass",
     "Summarizer",
     "SummarizerError",
     "SummaryCache",
@@ -148,6 +158,8 @@ __all__ = [
     "Target",
     "TemporalContext",
     "TextPart",
+    "ThresholdPolicy",
+    "TieredPolicy",
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",
@@ -164,6 +176,7 @@ __all__ = [
     "from_anthropic",
     "from_openai",
     "repair",
+    "score_importance",
     "search_tools",
     "session_started_marker",
     "split_groups",

@@ -1,0 +1,471 @@
+"""Tiered residual compaction (seed 002): important messages verbatim, older chatter shrinks.
+
+When the input passes ``budget.trigger`` (or ``context.force``) the policy compacts it
+towards ``budget.target``:
+
+1. score every message 0-100 (:func:`~contextfold.score_importance`); messages at or above
+   ``residual_threshold`` are *residuals* and bypass compression, at most
+   ``residual_max_percent`` of the messages and ``residual_budget_share`` of the budget,
+   the lowest-scoring demoted first. A residual keeps its whole atomic group (a tool result
+   keeps its call and the call's other results); pinned messages are kept the same way;
+2. the other groups go to tiers by recency: the last ``tier0_size`` messages raw, up to
+   ``tier1_size`` in tier 1 (70% of the detail), up to ``tier2_size`` in tier 2 (40%), the
+   rest in tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
+   call is never split from its results;
+3. the budget is allocated (:func:`allocate_budget`): fixed parts, safety margin, residuals,
+   then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. When tier 0's
+   raw messages exceed its share, its oldest groups move to tier 1 (the newest stays);
+4. each non-empty tier is summarized with its own instructions (one request per tier,
+   ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache); a summary larger than
+   its allocation, or a failed one, is shrunk by keyword-preserving truncation, no LLM;
+5. the output keeps the original order: system messages, then each tier's summary (a user
+   message, ``source="summary"``) where the tier's first message was, residuals in place,
+   tier 0 raw at the end.
+
+When even that does not fit the input budget, residual groups are demoted (lowest score
+first) into their tiers; :class:`~contextfold.BudgetExceededError` is raised only when the
+system messages, pinned messages, the newest group and the tier headers do not fit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import BudgetExceededError, ConfigurationError
+from .._messages import Message
+from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
+from .._structure import Group, leading_system_count, split_groups
+from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
+from .importance import (
+    DEFAULT_WEIGHTS,
+    ImportanceScore,
+    ImportanceWeights,
+    estimated_chars,
+    identifiers,
+    keyword_truncate,
+    score_messages,
+)
+
+__all__ = ["TIER_INSTRUCTIONS", "TieredPolicy"]
+
+_EXACT = "Copy identifiers, reference numbers, names and amounts exactly as written."
+TIER_INSTRUCTIONS = (
+    "Summarize these messages, keeping about 70% of their detail. Preserve:\n"
+    "- participants and their roles\n- actions taken and their outcomes\n"
+    "- important decisions or conclusions\n- key technical details or data\n" + _EXACT,
+    "Summarize these messages, keeping about 40% of their detail. Preserve:\n"
+    "- main topics discussed\n- important decisions made\n"
+    "- unresolved items or open questions\n- critical context for future reference\n" + _EXACT,
+    "Summarize these messages briefly, keeping about 15% of their detail. Answer:\n"
+    "- What was this conversation about?\n- What was concluded or decided?\n"
+    "- Any critical outcomes?\n" + _EXACT,
+)
+"""Seed 002's summarization strategy of tiers 1, 2 and 3."""
+
+_ENV = "PROMPT_COMPACTION_"
+
+
+@dataclass
+class _Plan:
+    """The groups and where each goes."""
+
+    groups: list[Group]
+    scores: list[ImportanceScore]
+    lead: int
+    offset: int
+    kept: set[int] = field(default_factory=set)  # residual groups
+    pinned: set[int] = field(default_factory=set)
+    tier_of: dict[int, int] = field(default_factory=dict)
+    allocation: BudgetAllocation | None = None
+    rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
+    headers: dict[int, int] = field(default_factory=dict)
+
+    def members(self, tier: int) -> list[int]:
+        return [g for g, t in sorted(self.tier_of.items()) if t == tier]
+
+
+@dataclass(frozen=True)
+class TieredPolicy:
+    """Seed 002's importance-aware tiered compaction.
+
+    Args:
+        residual_threshold: score at which a message is a residual (seed 002: 60).
+        residual_max_percent: most messages that may be residuals, as a share (0.20).
+        residuals_enabled: extract residuals at all.
+        tier0_size: recent messages kept raw (10).
+        tier1_size: messages from the end up to which tier 1 reaches (25).
+        tier2_size: messages from the end up to which tier 2 reaches (50); older is tier 3.
+        preservation: share of detail kept by tiers 1-3 (0.70, 0.40, 0.15).
+        budget_allocation: allocate the budget between residuals and tiers (seed 002);
+            when off, summaries are sized by ``preservation`` alone and only the input
+            budget is enforced.
+        tier_shares: the split of the conversation budget between tiers 0-3 (70/20/7/3).
+        residual_budget_share: the residuals' cap as a share of the budget (0.20).
+        safety_margin: tokens left free in the allocation (100).
+        current_message_reserve: tokens reserved for the next message (50).
+        weights: the importance factors' points.
+        keywords: words the no-LLM truncation must try to keep (identifiers of the tier
+            are always added).
+        instructions: the summary prompts of tiers 1-3.
+
+    Raises:
+        ConfigurationError: a value is out of range.
+    """
+
+    residual_threshold: int = 60
+    residual_max_percent: float = 0.20
+    residuals_enabled: bool = True
+    tier0_size: int = 10
+    tier1_size: int = 25
+    tier2_size: int = 50
+    preservation: tuple[float, float, float] = (0.70, 0.40, 0.15)
+    budget_allocation: bool = True
+    tier_shares: tuple[float, float, float, float] = DEFAULT_TIER_SHARES
+    residual_budget_share: float = 0.20
+    safety_margin: int = 100
+    current_message_reserve: int = 50
+    weights: ImportanceWeights = DEFAULT_WEIGHTS
+    keywords: tuple[str, ...] = ()
+    instructions: tuple[str, str, str] = TIER_INSTRUCTIONS
+    name = "tiered"
+
+    def __post_init__(self) -> None:
+        _check_int("residual_threshold", self.residual_threshold, 0)
+        for attr in ("tier0_size", "safety_margin", "current_message_reserve"):
+            _check_int(attr, getattr(self, attr), 0)
+        if not self.tier0_size <= self.tier1_size <= self.tier2_size:
+            raise ConfigurationError(
+                "tier sizes must satisfy tier0_size <= tier1_size <= tier2_size, got "
+                f"{self.tier0_size}, {self.tier1_size}, {self.tier2_size}"
+            )
+        for attr in ("residual_max_percent", "residual_budget_share"):
+            if not 0 <= getattr(self, attr) <= 1:
+                raise ConfigurationError(f"{attr} must be in [0, 1], got {getattr(self, attr)}")
+        if len(self.preservation) != 3 or any(not 0 < p <= 1 for p in self.preservation):
+            raise ConfigurationError(
+                f"preservation must be 3 values in (0, 1], got {self.preservation}"
+            )
+        if len(self.instructions) != 3 or not all(str(i).strip() for i in self.instructions):
+            raise ConfigurationError("instructions must be 3 non-empty prompts (tiers 1-3)")
+        allocate_budget(0, fixed={}, residual_tokens=0, tier_shares=self.tier_shares,
+                        residual_share=self.residual_budget_share)  # validates the shares
+        object.__setattr__(self, "keywords", tuple(self.keywords))
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> TieredPolicy:
+        """A policy configured from seed 002's environment variables, then ``overrides``.
+
+        ``PROMPT_COMPACTION_RESIDUALS_ENABLED``, ``..._RESIDUAL_THRESHOLD``,
+        ``..._RESIDUAL_MAX_PERCENT``, ``..._TIERED_ENABLED`` (false: every message older than
+        tier 0 goes to one tier-1 summary), ``..._BUDGET_ENABLED``, and our
+        ``..._TIER0_SIZE``, ``..._TIER1_SIZE``, ``..._TIER2_SIZE``. Unset variables keep
+        the defaults (seed 002 reads an unset flag as false; here it means "default").
+
+        Raises:
+            ConfigurationError: a variable holds a value that does not parse or is out of
+                range (the message names the variable).
+        """
+        env = os.environ if environ is None else environ
+        kwargs: dict[str, Any] = {}
+        parsers: tuple[tuple[str, str, Any], ...] = (
+            ("RESIDUALS_ENABLED", "residuals_enabled", _parse_bool),
+            ("RESIDUAL_THRESHOLD", "residual_threshold", int),
+            ("RESIDUAL_MAX_PERCENT", "residual_max_percent", float),
+            ("BUDGET_ENABLED", "budget_allocation", _parse_bool),
+            ("TIER0_SIZE", "tier0_size", int),
+            ("TIER1_SIZE", "tier1_size", int),
+            ("TIER2_SIZE", "tier2_size", int),
+            ("TIERED_ENABLED", "tiered", _parse_bool),
+        )
+        for suffix, attr, parse in parsers:
+            raw = env.get(_ENV + suffix)
+            if raw is None or not raw.strip():
+                continue
+            try:
+                kwargs[attr] = parse(raw.strip())
+            except ValueError as exc:
+                raise ConfigurationError(f"{_ENV}{suffix}={raw!r}: {exc}") from None
+        if kwargs.pop("tiered", True) is False:
+            kwargs["tier1_size"] = kwargs["tier2_size"] = 2**62
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    # -- the policy ------------------------------------------------------------------
+
+    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        """Compact when the input passes the trigger (or ``context.force``)."""
+        if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
+            return PolicyOutcome(messages=messages)
+        plan = self._plan(messages, context)
+        if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
+            return self._unchanged(messages, plan, context)
+        summaries: dict[int, Message] = {}
+        for tier in (1, 2, 3):
+            members = plan.members(tier)
+            if not members:
+                continue
+            originals = tuple(m for g in members for m in plan.groups[g].messages)
+            reply = yield SummaryRequest(
+                messages=originals, instructions=self.instructions[tier - 1],
+                max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
+            )
+            summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
+        return self._finish(messages, plan, summaries, context)
+
+    # -- planning --------------------------------------------------------------------
+
+    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> _Plan:
+        estimate = context.measure(messages)
+        offset = max(0, (context.known_tokens or 0) - estimate)
+        if context.force:
+            offset = max(offset, context.budget.input_budget + 1 - estimate)
+        lead = leading_system_count(messages)
+        plan = _Plan(
+            groups=split_groups(messages, lead),
+            scores=score_messages(messages, now=context.now, threshold=self.residual_threshold,
+                                  weights=self.weights),
+            lead=lead, offset=offset,
+        )
+        plan.pinned = {g for g, grp in enumerate(plan.groups)
+                       if any(m.is_pinned for m in grp.messages)}
+        self._pick_residuals(plan, messages, context)
+        while True:
+            self._assign_tiers(plan, context, messages)
+            if self._plan_tokens(plan, messages, context) <= context.budget.input_budget:
+                return plan
+            if not plan.kept:
+                raise self._too_big(plan, messages, context)
+            plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
+
+    def _group_score(self, plan: _Plan, g: int) -> int:
+        group = plan.groups[g]
+        return max(plan.scores[i].score for i in range(group.start, group.end))
+
+    def _group_tokens(self, plan: _Plan, g: int, context: CompactionContext) -> int:
+        return sum(map(context.counter.count_message, plan.groups[g].messages))
+
+    def _pick_residuals(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> None:
+        """Residual groups by score, within the message cap and the token cap."""
+        if not self.residuals_enabled:
+            return
+        group_of = {i: g for g, grp in enumerate(plan.groups) for i in range(grp.start, grp.end)}
+        candidates = [i for i in group_of if plan.scores[i].is_residual]
+        candidates.sort(key=lambda i: (-plan.scores[i].score, -i))  # ties: newer first
+        max_messages = math.ceil((len(messages) - plan.lead) * self.residual_max_percent)
+        max_tokens = (
+            int(context.budget.target_tokens * self.residual_budget_share)
+            if self.budget_allocation else math.inf
+        )
+        used_messages = used_tokens = 0
+        for i in candidates:
+            g = group_of[i]
+            if g in plan.kept or g in plan.pinned:
+                continue
+            size, tokens = len(plan.groups[g]), self._group_tokens(plan, g, context)
+            if used_messages + size <= max_messages and used_tokens + tokens <= max_tokens:
+                plan.kept.add(g)
+                used_messages += size
+                used_tokens += tokens
+
+    def _assign_tiers(
+        self, plan: _Plan, context: CompactionContext, messages: Sequence[Message]
+    ) -> None:
+        """Tiers by recency among the groups not kept; then fit tier 0 to its allocation."""
+        plan.tier_of = {}
+        bounds = (self.tier0_size, self.tier1_size, self.tier2_size)
+        seen = 0
+        for g in range(len(plan.groups) - 1, -1, -1):
+            if g in plan.kept or g in plan.pinned:
+                continue
+            plan.tier_of[g] = next((t for t, b in enumerate(bounds) if seen < b), 3)
+            seen += len(plan.groups[g])
+        tokens = {t: 0 for t in range(4)}
+        for g, t in plan.tier_of.items():
+            tokens[t] += self._group_tokens(plan, g, context)
+        tier0 = sorted(g for g, t in plan.tier_of.items() if t == 0)
+        newest_kept = bool(plan.groups) and (len(plan.groups) - 1) not in plan.tier_of
+        while True:
+            self._allocate(plan, tokens, context, messages)
+            over = (
+                tokens[0] > plan.allocation.tiers[0] if plan.allocation is not None
+                else self._plan_tokens(plan, messages, context) > context.budget.input_budget
+            )
+            if not over or not tier0 or (len(tier0) == 1 and not newest_kept):
+                return
+            g = tier0.pop(0)
+            moved = self._group_tokens(plan, g, context)
+            plan.tier_of[g] = 1
+            tokens[0] -= moved
+            tokens[1] += moved
+
+    def _allocate(
+        self, plan: _Plan, tokens: dict[int, int], context: CompactionContext,
+        messages: Sequence[Message],
+    ) -> None:
+        counts = {t: 0 for t in (1, 2, 3)}
+        for t in plan.tier_of.values():
+            if t:
+                counts[t] += 1
+        needs = []
+        for t in (1, 2, 3):
+            plan.headers[t] = context.counter.count_message(self._header_message(t, 10**6))
+            need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
+            needs.append(need if counts[t] else 0)
+        residual_tokens = sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned)
+        allocation = allocate_budget(
+            context.budget.target_tokens,
+            fixed={
+                "system_prompt": context.counter.count_messages(messages[: plan.lead]),
+                "tools": context.fixed_tokens,
+                "calibration": plan.offset,
+                "current_message": self.current_message_reserve,
+            },
+            residual_tokens=residual_tokens, tier_needs=needs, safety_margin=self.safety_margin,
+            residual_share=self.residual_budget_share, tier_shares=self.tier_shares,
+        )
+        plan.allocation = allocation if self.budget_allocation else None
+        for t in (1, 2, 3):
+            room = allocation.tiers[t] if self.budget_allocation else needs[t - 1]
+            plan.rooms[t] = max(room, plan.headers[t])
+
+    def _plan_tokens(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> int:
+        """Tokens of the output at the planned summary sizes, calibration included."""
+        kept = list(messages[: plan.lead])
+        for g, grp in enumerate(plan.groups):
+            if plan.tier_of.get(g, 0) == 0:
+                kept.extend(grp.messages)
+        summaries = sum(plan.rooms[t] for t in {t for t in plan.tier_of.values() if t})
+        return context.measure(kept) + summaries + plan.offset
+
+    # -- summaries and output --------------------------------------------------------
+
+    def _header_message(self, tier: int, count: int, text: str = "") -> Message:
+        header = f"[Compacted history — tier {tier}: {count} earlier messages summarized]"
+        return Message(role="user", content=f"{header}\n\n{text}" if text else header,
+                       source="summary", metadata={"compaction": "tiered", "tier": tier})
+
+    def _tier_message(
+        self, tier: int, originals: tuple[Message, ...], text: str | None, plan: _Plan,
+        context: CompactionContext,
+    ) -> Message:
+        """The tier's summary message, shrunk to its room by keyword-preserving truncation
+        (also the whole summary when ``text`` is ``None``: the summarizer failed)."""
+        keywords = set(self.keywords)
+        for m in originals:
+            keywords |= identifiers(m.text)
+        if text is None:
+            text = "\n".join(f"{m.role}{f' ({m.name})' if m.name else ''}: {m.text}"
+                             for m in originals if m.text)
+        room = plan.rooms[tier]
+        for _ in range(8):
+            message = self._header_message(tier, len(originals), text.strip())
+            size = context.counter.count_message(message)
+            if size <= room or not text:
+                break
+            target = estimated_chars(text, room - plan.headers[tier],
+                                     context.counter.count_text(text))
+            text = keyword_truncate(text, min(len(text) - 1, int(target * 0.95)), keywords)
+        else:
+            message = self._header_message(tier, len(originals))
+        if context.counter.count_message(message) > room:
+            message = self._header_message(tier, len(originals))
+        return message
+
+    def _finish(
+        self, messages: Sequence[Message], plan: _Plan, summaries: dict[int, Message],
+        context: CompactionContext,
+    ) -> PolicyOutcome:
+        out = list(messages[: plan.lead])
+        placed: set[int] = set()
+        for g, grp in enumerate(plan.groups):
+            tier = plan.tier_of.get(g, 0)
+            if tier == 0:
+                out.extend(grp.messages)
+            elif tier not in placed:
+                placed.add(tier)
+                out.append(summaries[tier])
+        if context.measure(out) > context.budget.input_budget:
+            raise self._too_big(plan, messages, context)
+        return PolicyOutcome(
+            messages=out, method=self.name, targets=self._targets(plan, context),
+            details=self._details(messages, out, plan, context),
+        )
+
+    def _unchanged(
+        self, messages: Sequence[Message], plan: _Plan, context: CompactionContext
+    ) -> PolicyOutcome:
+        return PolicyOutcome(
+            messages=messages, notes=("tiered: everything is recent or residual",),
+            details=self._details(messages, messages, plan, context),
+        )
+
+    def _targets(self, plan: _Plan, context: CompactionContext) -> tuple[Target, ...]:
+        count = context.counter.count_message
+        return tuple(
+            Target(index=i, role=m.role, method=f"summarized:tier{t}",
+                   original_tokens=count(m), new_tokens=0,
+                   tool_name=m.name if m.role == "tool" else None)
+            for g, t in sorted(plan.tier_of.items()) if t
+            for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
+        )
+
+    def _details(
+        self, messages: Sequence[Message], out: Sequence[Message], plan: _Plan,
+        context: CompactionContext,
+    ) -> dict[str, Any]:
+        original, compressed = context.measure(messages), context.measure(out)
+        residual_indices = [
+            i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
+        ]
+        tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
+        budget = plan.allocation.as_dict() if plan.allocation is not None else None
+        if budget is not None:
+            budget["used_tokens"] = compressed + plan.offset
+            budget["used_percent"] = round(100 * (compressed + plan.offset) / budget["total"], 2)
+        return {
+            "original_tokens": original,
+            "compressed_tokens": compressed,
+            "ratio": round(compressed / original, 4) if original else 1.0,
+            "residual_count": len(residual_indices),
+            "residuals": [
+                {"index": i, "score": plan.scores[i].score, "factors": list(plan.scores[i].factors)}
+                for i in residual_indices if plan.scores[i].is_residual
+            ],
+            "pinned_count": sum(len(plan.groups[g]) for g in plan.pinned),
+            "tiers": tiers,
+            "budget": budget,
+        }
+
+    def _too_big(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> BudgetExceededError:
+        return BudgetExceededError(
+            "tiered compaction: the system messages, pinned messages, the newest group and "
+            "the tier summary headers",
+            needed=self._plan_tokens(plan, messages, context),
+            available=context.budget.input_budget,
+        )
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
