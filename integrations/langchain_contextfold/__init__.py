@@ -1,0 +1,33 @@
+"""contextfold for LangChain and LangGraph.
+
+One line makes a chat model, a chain or an agent compaction-aware; the full history stays
+in the caller's state (and in a contextfold store when one is given), only what the model
+sees is compacted, and it is always a valid sequence within the budget::
+
+    import contextfold as cf
+    from langchain_contextfold import CompactionMiddleware, with_compaction
+
+    model = with_compaction(chat_model, policy=cf.ThresholdPolicy(), budget=budget)
+    agent = create_agent(chat_model, tools,
+                         middleware=[CompactionMiddleware(policy=..., budget=budget)])
+"""
+
+from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
+from ._events import COMPACTION_EVENT, IDLE_EVENT
+from ._overflow import is_context_overflow, overflow_figures
+from ._runnable import CompactingChatModel, with_compaction
+from ._summarizer import ChatModelSummarizer
+
+__all__ = [
+    "COMPACTION_EVENT",
+    "IDLE_EVENT",
+    "LANGCHAIN_KEY",
+    "SOURCE_KEY",
+    "ChatModelSummarizer",
+    "CompactingChatModel",
+    "from_core",
+    "is_context_overflow",
+    "overflow_figures",
+    "to_core",
+    "with_compaction",
+]

@@ -1,0 +1,303 @@
+"""What every LangChain hook shares: one Compactor per conversation, conversion with
+memory, the compacted view, calibration from usage, and the overflow retry.
+
+Conversion is memoised per conversation by object identity: an agent loop sends the same
+message objects call after call, so only new messages are converted, and messages the
+policy left alone go back to the model as the very objects the caller passed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from contextfold import (
+    Budget,
+    CompactionResult,
+    Compactor,
+    ConfigurationError,
+    Message,
+    NoProgressError,
+    Policy,
+    TokenCounter,
+)
+
+from ._convert import message_from_core, message_to_core
+from ._overflow import is_context_overflow, overflow_figures
+
+__all__ = ["DEFAULT_CONVERSATION", "MAX_OVERFLOW_RETRIES", "Conversation", "Engine", "View"]
+
+DEFAULT_CONVERSATION = "default"
+"""The conversation key when the config names none."""
+
+MAX_OVERFLOW_RETRIES = 2
+"""Forced compactions after a context-overflow error before the error is raised."""
+
+IDLE_TEXT = "[contextfold: conversation idle: {reason}. Waiting for a new user message.]"
+"""The reply that ends an agent loop when the conversation went idle (seed 001)."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class View:
+    """The compacted input of one model call."""
+
+    messages: list[BaseMessage]
+    """What the model receives."""
+    result: CompactionResult
+    """The core result with its report."""
+
+    @property
+    def changed(self) -> bool:
+        """True when the model receives something other than the full input."""
+        r = self.result.report
+        return r.changed or r.messages_after != r.messages_before
+
+
+class Conversation:
+    """One conversation: its Compactor and the conversion memo."""
+
+    def __init__(self, key: str, compactor: Compactor) -> None:
+        self.key = key
+        self.compactor = compactor
+        self._pairs: list[tuple[BaseMessage, Any, Message]] = []
+        self._back: dict[int, BaseMessage] = {}
+        self._stored: set[str] | None = None
+
+    def to_core(self, messages: Sequence[BaseMessage]) -> list[Message]:
+        """Core messages for ``messages``, reusing conversions of the same objects."""
+        old = self._pairs
+        pairs: list[tuple[BaseMessage, Any, Message]] = []
+        for i, m in enumerate(messages):
+            if i < len(old) and old[i][0] is m and old[i][1] is m.content:
+                pairs.append(old[i])
+            else:
+                pairs.append((m, m.content, message_to_core(m, index=i)))
+        self._pairs = pairs
+        self._back = {id(core): lc for lc, _, core in pairs}
+        return [core for _, _, core in pairs]
+
+    def persist(self, store: Any, messages: Sequence[Message]) -> None:
+        """Append to ``store`` the messages it does not hold yet (by message id)."""
+        if self._stored is None:
+            self._stored = {m.id for m in store.load(self.key)}
+        new = [m for m in messages if m.id not in self._stored]
+        if new:
+            store.append(self.key, new)
+            self._stored.update(m.id for m in new)
+
+    def from_core(self, messages: Sequence[Message]) -> list[BaseMessage]:
+        """LangChain messages for the view: the caller's own objects where unchanged."""
+        out = []
+        for m in messages:
+            original = self._back.get(id(m))
+            out.append(original if original is not None else message_from_core(m))
+        return out
+
+    def observe(self, reply: BaseMessage) -> None:
+        """Calibrate from the reply's ``usage_metadata`` and record a real response."""
+        usage = getattr(reply, "usage_metadata", None)
+        if usage and usage.get("input_tokens"):
+            self.compactor.observe_usage(
+                input_tokens=int(usage["input_tokens"]),
+                output_tokens=int(usage.get("output_tokens") or 0) or None,
+            )
+        self.compactor.record_response()
+
+    def observe_overflow(self, error: BaseException) -> None:
+        """Calibrate from the token count an overflow error states, when it states one."""
+        used, _ = overflow_figures(error)
+        if used:
+            self.compactor.observe_usage(input_tokens=used)
+
+    @property
+    def idle_reason(self) -> str | None:
+        """Why the conversation is idle, or ``None`` while it is active."""
+        state = getattr(self.compactor, "state", None)
+        if state is None or not state.idle:
+            return None
+        return str(state.idle_reason or "no user prompt after repeated nudges")
+
+
+class Engine:
+    """The shared machinery: settings, a bounded map of conversations, the retry loop.
+
+    Args:
+        policy: the compaction policy.
+        budget: the token budget.
+        counter: how to count; default ``counter_for_model(budget.model)``.
+        summarizer: makes summaries (sync and/or async).
+        store: the history store, when one is configured.
+        max_conversations: conversations kept in memory (least recently used dropped).
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        budget: Budget,
+        counter: TokenCounter | None = None,
+        summarizer: Any = None,
+        store: Any = None,
+        max_conversations: int = 1024,
+    ) -> None:
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a contextfold.Budget, got {budget!r}")
+        if not callable(getattr(policy, "run", None)):
+            raise ConfigurationError(f"policy must be a contextfold policy, got {policy!r}")
+        if max_conversations < 1:
+            raise ConfigurationError(f"max_conversations must be >= 1, got {max_conversations}")
+        self.policy = policy
+        self.budget = budget
+        self.counter = counter
+        self.summarizer = summarizer
+        self.store = store
+        self.max_conversations = max_conversations
+        self._conversations: OrderedDict[str, Conversation] = OrderedDict()
+        self._lock = threading.Lock()
+        self._tools_memo: tuple[tuple[int, ...], list[Any], list[dict[str, Any]]] | None = None
+
+    def new_compactor(self, key: str) -> Compactor:
+        """A Compactor for conversation ``key``."""
+        return Compactor(
+            policy=self.policy, budget=self.budget, counter=self.counter,
+            summarizer=self.summarizer, store=self.store, conversation_id=key,
+        )
+
+    def conversation(self, key: str | None = None) -> Conversation:
+        """The conversation for ``key`` (created on first use)."""
+        key = key or DEFAULT_CONVERSATION
+        with self._lock:
+            conv = self._conversations.get(key)
+            if conv is None:
+                conv = self._conversations[key] = Conversation(key, self.new_compactor(key))
+                while len(self._conversations) > self.max_conversations:
+                    self._conversations.popitem(last=False)
+            else:
+                self._conversations.move_to_end(key)
+            return conv
+
+    def tool_dicts(self, tools: Sequence[Any] | None) -> list[dict[str, Any]]:
+        """Tool definitions as OpenAI tool dicts, for counting. The same tools give the
+        same list object, so the Compactor counts them once."""
+        if not tools:
+            return []
+        key = tuple(map(id, tools))
+        hit = self._tools_memo
+        if hit is not None and hit[0] == key:  # hit[1] holds the tools, so ids are theirs
+            return hit[2]
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        converted = [dict(t) if isinstance(t, Mapping) else convert_to_openai_tool(t)
+                     for t in tools]
+        self._tools_memo = (key, list(tools), converted)
+        return converted
+
+    # -- one call ----------------------------------------------------------------------
+
+    def view(
+        self, conv: Conversation, messages: Sequence[BaseMessage], tools: list[dict[str, Any]],
+        *, force: bool = False,
+    ) -> View:
+        """Compact ``messages`` for one model call (and keep them in the store)."""
+        core = self._core(conv, messages)
+        result = conv.compactor.compact(core, force=force, tools=tools or None)
+        return View(conv.from_core(result.messages), result)
+
+    async def aview(
+        self, conv: Conversation, messages: Sequence[BaseMessage], tools: list[dict[str, Any]],
+        *, force: bool = False,
+    ) -> View:
+        """The async form of :meth:`view`."""
+        core = self._core(conv, messages)
+        result = await conv.compactor.acompact(core, force=force, tools=tools or None)
+        return View(conv.from_core(result.messages), result)
+
+    def _core(self, conv: Conversation, messages: Sequence[BaseMessage]) -> list[Message]:
+        core = conv.to_core(messages)
+        if self.store is not None:
+            conv.persist(self.store, core)
+        return core
+
+    def call(
+        self, conv: Conversation, messages: Sequence[BaseMessage], tools: list[dict[str, Any]],
+        send: Callable[[View], T], reply_of: Callable[[T], BaseMessage | None],
+    ) -> T:
+        """Compact, send, and on a context overflow compact with force and send again
+        (at most :data:`MAX_OVERFLOW_RETRIES` times)."""
+        overflow: BaseException | None = None
+        for attempt in range(MAX_OVERFLOW_RETRIES + 1):
+            try:
+                view = self.view(conv, messages, tools, force=overflow is not None)
+            except NoProgressError as exc:
+                raise _stuck(exc, overflow) from overflow
+            try:
+                out = send(view)
+            except Exception as exc:
+                if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
+                    raise
+                conv.observe_overflow(exc)
+                overflow = exc
+                continue
+            reply = reply_of(out)
+            if reply is not None:
+                conv.observe(reply)
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def acall(
+        self, conv: Conversation, messages: Sequence[BaseMessage], tools: list[dict[str, Any]],
+        send: Callable[[View], Awaitable[T]], reply_of: Callable[[T], BaseMessage | None],
+    ) -> T:
+        """The async form of :meth:`call`."""
+        overflow: BaseException | None = None
+        for attempt in range(MAX_OVERFLOW_RETRIES + 1):
+            try:
+                view = await self.aview(conv, messages, tools, force=overflow is not None)
+            except NoProgressError as exc:
+                raise _stuck(exc, overflow) from overflow
+            try:
+                out = await send(view)
+            except Exception as exc:
+                if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
+                    raise
+                conv.observe_overflow(exc)
+                overflow = exc
+                continue
+            reply = reply_of(out)
+            if reply is not None:
+                conv.observe(reply)
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _stuck(error: NoProgressError, overflow: BaseException | None) -> BaseException:
+    """The error to raise when a forced compaction after an overflow cannot shrink."""
+    if overflow is None:
+        return error
+    return NoProgressError(
+        f"the model rejected the input as too long ({overflow}) and a forced compaction "
+        f"could not shrink it further ({error})"
+    )
+
+
+def idle_reply(reason: str) -> AIMessage:
+    """The reply that ends an agent loop: no tool calls, says why."""
+    return AIMessage(IDLE_TEXT.format(reason=reason), response_metadata={"contextfold_idle": True})
+
+
+def conversation_key(config: RunnableConfig | None) -> str:
+    """The conversation key of a run: ``thread_id``, else ``session_id``, else the default."""
+    configurable = (config or {}).get("configurable") or {}
+    for name in ("thread_id", "session_id", "conversation_id"):
+        value = configurable.get(name)
+        if value is not None and value != "":
+            return str(value)
+    return DEFAULT_CONVERSATION

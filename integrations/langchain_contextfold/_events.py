@@ -1,0 +1,138 @@
+"""Compaction events for LangChain callbacks and LangGraph streams.
+
+Each compaction that changed the model's input is sent as a custom event named
+:data:`COMPACTION_EVENT` whose data is the report as a JSON-safe dict, so it shows in
+``astream_events`` (``event == "on_custom_event"``) and in LangSmith traces; an idle
+conversation (seed 001) is sent as :data:`IDLE_EVENT`. Inside a LangGraph graph the same
+payload is also written to the ``"custom"`` stream as ``{COMPACTION_EVENT: payload}``.
+
+Outside a run with callbacks there is nobody to tell: emitting is then a no-op, never an
+error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
+from langchain_core.runnables import RunnableConfig
+
+from contextfold import CompactionReport
+
+__all__ = ["COMPACTION_EVENT", "IDLE_EVENT", "aemit", "emit", "report_payload"]
+
+COMPACTION_EVENT = "contextfold_compaction"
+"""The custom event name of a compaction."""
+
+IDLE_EVENT = "contextfold_idle"
+"""The custom event name of a conversation that went idle (seed 001)."""
+
+logger = logging.getLogger("contextfold")
+
+Writer = Callable[[Any], None]
+RunManager = CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun
+
+
+def report_payload(report: CompactionReport, conversation_id: str | None) -> dict[str, Any]:
+    """The report as a JSON-safe dict, with the conversation id and the tokens saved."""
+    data = dataclasses.asdict(report)
+    data["tokens_saved"] = report.tokens_saved
+    data["conversation_id"] = conversation_id
+    safe: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return safe
+
+
+def _stream_writer() -> Writer | None:
+    try:
+        from langgraph.config import get_stream_writer
+
+        writer: Writer = get_stream_writer()
+    except (ImportError, RuntimeError, KeyError, AttributeError):
+        return None
+    return writer
+
+
+def _write(name: str, data: dict[str, Any], writer: Writer | None) -> None:
+    writer = writer or _stream_writer()
+    if writer is None:
+        return
+    try:
+        writer({name: data})
+    except Exception:  # a stream consumer's failure must not fail the model call
+        logger.debug("contextfold: stream writer failed", exc_info=True)
+
+
+def _manager_of(run_manager: RunManager) -> CallbackManager:
+    return CallbackManager(
+        handlers=run_manager.handlers,
+        inheritable_handlers=run_manager.inheritable_handlers,
+        parent_run_id=run_manager.parent_run_id,
+        tags=run_manager.tags,
+        inheritable_tags=run_manager.inheritable_tags,
+        metadata=run_manager.metadata,
+        inheritable_metadata=run_manager.inheritable_metadata,
+    )
+
+
+def emit(
+    name: str,
+    data: dict[str, Any],
+    *,
+    config: RunnableConfig | None = None,
+    run_manager: RunManager | None = None,
+    writer: Writer | None = None,
+) -> None:
+    """Send one event to the callbacks of the current run and to LangGraph's stream.
+
+    Args:
+        name: the event name (:data:`COMPACTION_EVENT`, :data:`IDLE_EVENT`).
+        data: the payload (:func:`report_payload`).
+        config: the run's config; by default the one of the enclosing runnable.
+        run_manager: a chat model's run manager, inside ``_generate``: the event is
+            attached to that model run.
+        writer: LangGraph's stream writer, when the caller has it (middleware).
+    """
+    if run_manager is not None:
+        _manager_of(run_manager).on_custom_event(name, data, run_id=run_manager.run_id)
+    else:
+        with contextlib.suppress(RuntimeError):  # no parent run: not inside a traced run
+            dispatch_custom_event(name, data, config=config)
+    _write(name, data, writer)
+
+
+async def aemit(
+    name: str,
+    data: dict[str, Any],
+    *,
+    config: RunnableConfig | None = None,
+    run_manager: RunManager | None = None,
+    writer: Writer | None = None,
+) -> None:
+    """The async form of :func:`emit` (``adispatch_custom_event``)."""
+    if run_manager is not None:
+        manager = AsyncCallbackManager(
+            handlers=run_manager.handlers,
+            inheritable_handlers=run_manager.inheritable_handlers,
+            parent_run_id=run_manager.parent_run_id,
+            tags=run_manager.tags,
+            inheritable_tags=run_manager.inheritable_tags,
+            metadata=run_manager.metadata,
+            inheritable_metadata=run_manager.inheritable_metadata,
+        )
+        await manager.on_custom_event(name, data, run_id=run_manager.run_id)
+    else:
+        with contextlib.suppress(RuntimeError):
+            await adispatch_custom_event(name, data, config=config)
+    _write(name, data, writer)

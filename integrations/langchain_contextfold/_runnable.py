@@ -1,0 +1,347 @@
+"""``with_compaction``: one line makes a chat model (or a chain around one) compaction-aware.
+
+The wrapper is a ``BaseChatModel`` subclass, :class:`CompactingChatModel`, not a generic
+``Runnable``: LangChain's agents (``create_agent``, LangGraph's prebuilt agent) accept only
+chat models, and a chat model keeps ``invoke``/``ainvoke``/``stream``/``astream``/``batch``/
+``abatch``, callbacks, caching and rate limiting working as users expect. ``bind_tools``
+and ``with_structured_output`` ask the wrapped model to do the binding (so provider-native
+tool formats and structured output stay) and put the wrapper back in front.
+
+The wrapped model runs as a child run (visible in LangSmith traces with the compacted
+input) with streaming handlers removed, so tokens reach ``astream_events`` and LangGraph's
+``"messages"`` stream once, from the wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, BaseLanguageModel, LanguageModelInput
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from pydantic import BaseModel, ConfigDict, Field
+
+from contextfold import Budget, ConfigurationError, Policy, TokenCounter
+
+from ._engine import Conversation, Engine, View, conversation_key, idle_reply
+from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
+from ._summarizer import ChatModelSummarizer
+
+__all__ = ["CompactingChatModel", "with_compaction"]
+
+_KEY = "_contextfold_conversation"
+"""The call kwarg carrying the conversation key from ``invoke`` to ``_generate``."""
+
+INNER_TAG = "contextfold_inner"
+"""Tag of the wrapped model's child run."""
+
+
+def _streaming(handler: Any) -> bool:
+    """True for astream_events / astream_log / LangGraph stream handlers."""
+    return hasattr(handler, "tap_output_iter") or any(
+        c.__name__ == "_V2StreamingCallbackHandler" for c in type(handler).__mro__
+    )
+
+
+def _inner_config(run_manager: Any) -> RunnableConfig:
+    """Config for the wrapped model: a child of the wrapper's run, without stream handlers."""
+    if run_manager is None:
+        return {"callbacks": [], "tags": [INNER_TAG, "nostream"]}
+    cls = AsyncCallbackManager if isinstance(run_manager, AsyncCallbackManagerForLLMRun) \
+        else CallbackManager
+    handlers = [h for h in run_manager.inheritable_handlers if not _streaming(h)]
+    manager = cls(
+        handlers=handlers, inheritable_handlers=handlers, parent_run_id=run_manager.run_id,
+        tags=list(run_manager.inheritable_tags),
+        inheritable_tags=list(run_manager.inheritable_tags),
+        metadata=dict(run_manager.inheritable_metadata),
+        inheritable_metadata=dict(run_manager.inheritable_metadata),
+    )
+    return {"callbacks": manager, "tags": [INNER_TAG, "nostream"]}
+
+
+def _reply(out: BaseMessage) -> BaseMessage | None:
+    return None if out.response_metadata.get("contextfold_idle") else out
+
+
+class CompactingChatModel(BaseChatModel):
+    """A chat model that compacts its input before the wrapped model sees it.
+
+    Build it with :func:`with_compaction`. One Compactor per conversation, keyed by
+    ``config["configurable"]["thread_id"]`` (or ``session_id``); calls without one share
+    the ``"default"`` conversation.
+    """
+
+    model: BaseChatModel
+    """The wrapped chat model."""
+    engine: Engine = Field(exclude=True)
+    """The shared state: settings and conversations (shared with bound copies)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    @property
+    def _llm_type(self) -> str:
+        return f"contextfold:{self.model._llm_type}"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"wrapped": self.model._llm_type, **self.model._identifying_params}
+
+    # -- the conversation key travels as a call kwarg -------------------------------------
+
+    def invoke(  # type: ignore[override]
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
+        stop: list[str] | None = None, **kwargs: Any,
+    ) -> AIMessage:
+        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        return super().invoke(input, config, stop=stop, **kwargs)
+
+    async def ainvoke(  # type: ignore[override]
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
+        stop: list[str] | None = None, **kwargs: Any,
+    ) -> AIMessage:
+        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        return await super().ainvoke(input, config, stop=stop, **kwargs)
+
+    def stream(  # type: ignore[override]
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
+        stop: list[str] | None = None, **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        yield from super().stream(input, config, stop=stop, **kwargs)
+
+    async def astream(  # type: ignore[override]
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
+        stop: list[str] | None = None, **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        async for chunk in super().astream(input, config, stop=stop, **kwargs):
+            yield chunk
+
+    # -- generation ---------------------------------------------------------------------
+
+    def _start(self, kwargs: dict[str, Any]) -> tuple[Conversation, list[dict[str, Any]]]:
+        conv = self.engine.conversation(kwargs.pop(_KEY, None))
+        return conv, self.engine.tool_dicts(kwargs.get("tools"))
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any,
+    ) -> ChatResult:
+        conv, tools = self._start(kwargs)
+
+        def send(view: View) -> BaseMessage:
+            if _announce(view, conv, run_manager):
+                return idle_reply(conv.idle_reason or "")
+            return self.model.invoke(view.messages, _inner_config(run_manager), stop=stop,
+                                     **kwargs)
+
+        reply = self.engine.call(conv, messages, tools, send, _reply)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any,
+    ) -> ChatResult:
+        conv, tools = self._start(kwargs)
+
+        async def send(view: View) -> BaseMessage:
+            if await _aannounce(view, conv, run_manager):
+                return idle_reply(conv.idle_reason or "")
+            return await self.model.ainvoke(view.messages, _inner_config(run_manager),
+                                            stop=stop, **kwargs)
+
+        reply = await self.engine.acall(conv, messages, tools, send, _reply)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def _stream(
+        self, messages: list[BaseMessage], stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        conv, tools = self._start(kwargs)
+
+        def send(view: View) -> tuple[AIMessageChunk, Iterator[AIMessageChunk]]:
+            if _announce(view, conv, run_manager):
+                return _as_chunk(idle_reply(conv.idle_reason or "")), iter(())
+            chunks = self.model.stream(view.messages, _inner_config(run_manager), stop=stop,
+                                       **kwargs)
+            return next(chunks), chunks  # an overflow error surfaces on the first chunk
+
+        first, rest = self.engine.call(conv, messages, tools, send, lambda _: None)
+        total = first
+        yield ChatGenerationChunk(message=first)
+        for chunk in rest:
+            total = total + chunk
+            yield ChatGenerationChunk(message=chunk)
+        if _reply(total) is not None:
+            conv.observe(total)
+
+    async def _astream(
+        self, messages: list[BaseMessage], stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        conv, tools = self._start(kwargs)
+
+        async def send(view: View) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:
+            if await _aannounce(view, conv, run_manager):
+                return _as_chunk(idle_reply(conv.idle_reason or "")), _empty()
+            chunks = self.model.astream(view.messages, _inner_config(run_manager), stop=stop,
+                                        **kwargs)
+            return await chunks.__anext__(), chunks
+
+        first, rest = await self.engine.acall(conv, messages, tools, send, lambda _: None)
+        total = first
+        yield ChatGenerationChunk(message=first)
+        async for chunk in rest:
+            total = total + chunk
+            yield ChatGenerationChunk(message=chunk)
+        if _reply(total) is not None:
+            conv.observe(total)
+
+    # -- binding --------------------------------------------------------------------------
+
+    def _wrap(self, model: BaseChatModel) -> CompactingChatModel:
+        if model is self.model:
+            return self
+        if isinstance(model, CompactingChatModel):
+            return model
+        return CompactingChatModel(model=model, engine=self.engine)
+
+    def bind_tools(  # type: ignore[override]
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """The wrapped model's ``bind_tools``, with this wrapper in front of the model."""
+        bound = self.model.bind_tools(tools, **kwargs)
+        swapped: Runnable[LanguageModelInput, AIMessage] = _swap(bound, self.model, self._wrap)
+        if swapped is bound:  # the model bound a copy of itself: wrap whatever it returned
+            swapped = _swap(bound, None, self._wrap)
+        return swapped
+
+    def with_structured_output(  # type: ignore[override]
+        self, schema: Any, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, Any]:
+        """The wrapped model's structured output, with this wrapper in front of the model."""
+        inner = self.model.with_structured_output(schema, **kwargs)
+        swapped: Runnable[LanguageModelInput, Any] = _swap(inner, self.model, self._wrap)
+        if swapped is inner:  # the model is not reachable inside: bind tools ourselves
+            return super().with_structured_output(schema, **kwargs)
+        return swapped
+
+
+def _as_chunk(message: AIMessage) -> AIMessageChunk:
+    return AIMessageChunk(content=message.content, response_metadata=message.response_metadata)
+
+
+async def _empty() -> AsyncIterator[AIMessageChunk]:
+    return
+    yield  # pragma: no cover
+
+
+def _announce(view: View, conv: Conversation, run_manager: Any) -> bool:
+    """Send the compaction (and idle) events; True when the conversation is idle."""
+    if view.changed:
+        emit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+             run_manager=run_manager)
+    reason = conv.idle_reason
+    if reason is not None:
+        emit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason}, run_manager=run_manager)
+    return reason is not None
+
+
+async def _aannounce(view: View, conv: Conversation, run_manager: Any) -> bool:
+    if view.changed:
+        await aemit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+                    run_manager=run_manager)
+    reason = conv.idle_reason
+    if reason is not None:
+        await aemit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason},
+                    run_manager=run_manager)
+    return reason is not None
+
+
+def _swap(obj: Any, target: Any, wrap: Callable[[Any], Any], depth: int = 0) -> Any:
+    """``obj`` with ``target`` replaced by ``wrap(target)`` wherever it sits inside a
+    composed runnable (bindings, sequences, parallels, fallbacks); ``obj`` itself when the
+    target is not inside."""
+    if obj is target or (target is None and isinstance(obj, BaseChatModel)):
+        return wrap(obj)
+    if depth > 8 or isinstance(obj, BaseLanguageModel) or not isinstance(obj, BaseModel):
+        return obj
+    updates: dict[str, Any] = {}
+    for name in type(obj).model_fields:
+        value = getattr(obj, name, None)
+        if isinstance(value, Runnable):
+            new: Any = _swap(value, target, wrap, depth + 1)
+        elif isinstance(value, dict):
+            new = {k: _swap(v, target, wrap, depth + 1) for k, v in value.items()}
+            new = value if all(new[k] is value[k] for k in value) else new
+        elif isinstance(value, list):
+            new = [_swap(v, target, wrap, depth + 1) for v in value]
+            new = value if all(a is b for a, b in zip(new, value, strict=True)) else new
+        else:
+            continue
+        if new is not value:
+            updates[name] = new
+    return obj.model_copy(update=updates) if updates else obj
+
+
+def with_compaction(
+    model_or_runnable: BaseChatModel | Runnable[Any, Any],
+    *,
+    policy: Policy,
+    budget: Budget,
+    summarizer: Any = None,
+    store: Any = None,
+    counter: TokenCounter | None = None,
+    max_conversations: int = 1024,
+) -> Any:
+    """Make a chat model, a bound model or a chain compaction-aware.
+
+    Args:
+        model_or_runnable: a chat model, ``model.bind_tools(...)``, or a runnable that
+            contains a chat model (``prompt | model | parser``); each chat model inside is
+            wrapped.
+        policy: the compaction policy (``cf.ThresholdPolicy()``...).
+        budget: the token budget of the model.
+        summarizer: makes summaries; default a :class:`ChatModelSummarizer` over the
+            wrapped model.
+        store: a history store; every message the Compactor sees is kept there.
+        counter: how to count; default ``counter_for_model(budget.model)``.
+        max_conversations: conversations (thread ids) kept in memory.
+
+    Returns:
+        A :class:`CompactingChatModel` for a chat model, else the runnable with its chat
+        model wrapped.
+
+    Raises:
+        ConfigurationError: nothing to wrap, or a bad policy or budget.
+    """
+    engines: dict[int, Engine] = {}
+
+    def wrap(model: BaseChatModel) -> CompactingChatModel:
+        engine = engines.get(id(model))
+        if engine is None:
+            engine = engines[id(model)] = Engine(
+                policy=policy, budget=budget, counter=counter,
+                summarizer=summarizer if summarizer is not None else ChatModelSummarizer(model),
+                store=store, max_conversations=max_conversations,
+            )
+        return CompactingChatModel(model=model, engine=engine, profile=model.profile)
+
+    if isinstance(model_or_runnable, CompactingChatModel):
+        raise ConfigurationError("this model is already wrapped by with_compaction")
+    wrapped = _swap(model_or_runnable, None, wrap)
+    if wrapped is model_or_runnable:
+        raise ConfigurationError(
+            f"with_compaction needs a chat model or a runnable containing one, got "
+            f"{type(model_or_runnable).__name__}"
+        )
+    return wrapped
