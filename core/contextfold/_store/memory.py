@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .._messages import Message
-from ._codec import search_text
+from ._codec import encode, search_text
 from .base import BaseStore, SearchHit, SearchKind
 
 __all__ = ["MemoryStore"]
@@ -52,6 +52,8 @@ class MemoryStore(BaseStore):
     # -- history --------------------------------------------------------------------------
 
     def _append(self, conversation_id: str, messages: list[Message]) -> None:
+        for message in messages:
+            encode(message)  # refuse what a database could not store, like the SQL stores
         with self._lock:
             rows = self._rows.setdefault(conversation_id, [])
             position = self._next_position.get(conversation_id, 0)
@@ -80,6 +82,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             for row in self._rows.pop(conversation_id, []):
                 del self._by_id["m", row.row_id]
+            self._next_position.pop(conversation_id, None)
             for key in [k for k in self._originals if k[0] == conversation_id]:
                 del self._originals[key]
 

@@ -1,0 +1,48 @@
+"""Hypothesis strategies for any message the model can hold."""
+
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+from typing import Any
+
+from hypothesis import strategies as st
+
+import contextfold as cf
+
+_text = st.text(max_size=40)
+_json_scalars = st.none() | st.booleans() | st.integers() | _text | st.floats(
+    allow_nan=False, allow_infinity=False)
+json_values: st.SearchStrategy[Any] = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+_parts = st.one_of(
+    st.builds(cf.TextPart, _text),
+    st.builds(
+        cf.ImagePart, url=_text, detail=st.none() | st.sampled_from(["low", "high", "auto"]),
+        width=st.none() | st.integers(0, 10_000), height=st.none() | st.integers(0, 10_000),
+        media_type=st.none() | st.just("image/png"),
+    ),
+    st.builds(cf.OpaquePart, kind=_text, data=st.dictionaries(_text, json_values, max_size=3)),
+)
+
+_zones = st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30)),
+                          timezone(timedelta(hours=-8))])
+
+messages: st.SearchStrategy[cf.Message] = st.builds(
+    cf.Message,
+    role=st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
+    content=_text | st.lists(_parts, max_size=3).map(tuple),
+    tool_calls=st.lists(st.builds(cf.ToolCall, id=_text, name=_text, arguments=_text),
+                        max_size=2).map(tuple),
+    tool_call_id=st.none() | _text,
+    name=st.none() | _text,
+    reasoning=st.none() | _text,
+    source=st.none() | _text,
+    sender_id=st.none() | _text,
+    created_at=st.none() | st.datetimes(timezones=_zones),
+    metadata=st.dictionaries(_text, json_values, max_size=3),
+    id=st.text(min_size=1, max_size=32),
+)

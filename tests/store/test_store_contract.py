@@ -1,0 +1,285 @@
+"""The store contract, run on every backend (memory, SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from store_strategies import messages
+
+import contextfold as cf
+
+_FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _conv() -> str:
+    return "c-" + uuid.uuid4().hex
+
+
+def _turn(i: int) -> list[cf.Message]:
+    """One agent iteration (seed 001's example): a tool call, its result, a remark."""
+    call = cf.ToolCall(id=f"call-{i}", name="navigate", arguments=f'{{"step": {i}}}')
+    return [
+        cf.Message("assistant", "", tool_calls=(call,), reasoning=f"step {i} of the route"),
+        cf.Message("tool", f"arrived at waypoint {i}", tool_call_id=f"call-{i}"),
+        cf.Message("assistant", f"waypoint {i} reached"),
+    ]
+
+
+# -- history ------------------------------------------------------------------------------
+
+
+def test_append_and_load_keep_order_across_batches(store: cf.BaseStore) -> None:
+    conv = _conv()
+    batches = [[cf.Message("user", f"u{i}"), cf.Message("assistant", f"a{i}")] for i in range(5)]
+    for batch in batches:
+        store.append(conv, batch)
+    loaded = store.load(conv)
+    assert [m.text for m in loaded] == [m.text for b in batches for m in b]
+    assert [m.id for m in loaded] == [m.id for b in batches for m in b]
+
+
+def test_load_recent_returns_the_last_n_in_order(store: cf.BaseStore) -> None:
+    conv = _conv()
+    store.append(conv, [cf.Message("user", str(i)) for i in range(30)])
+    assert [m.text for m in store.load_recent(conv, 20)] == [str(i) for i in range(10, 30)]
+    assert [m.text for m in store.load_recent(conv, 100)] == [str(i) for i in range(30)]
+    assert store.load_recent(conv, 0) == []
+    with pytest.raises(cf.ConfigurationError, match="limit"):
+        store.load_recent(conv, -1)
+
+
+def test_unknown_conversation_is_empty(store: cf.BaseStore) -> None:
+    conv = _conv()
+    assert store.load(conv) == []
+    assert store.load_recent(conv, 5) == []
+    assert store.system_message(conv) is None
+    assert store.most_recent_broadcast(conv) is None
+
+
+def test_system_message_is_the_first_system_message(store: cf.BaseStore) -> None:
+    conv = _conv()
+    store.append(conv, [cf.Message("user", "before")])
+    store.append(conv, [cf.Message("system", "first prompt"), cf.Message("user", "go")])
+    store.append(conv, [cf.Message("system", "second prompt")])
+    found = store.system_message(conv)
+    assert found is not None and found.text == "first prompt"
+
+
+def test_clear_removes_only_that_conversation(store: cf.BaseStore) -> None:
+    a, b = _conv(), _conv()
+    store.append(a, [cf.Message("user", "iron ore in a")])
+    store.append(b, [cf.Message("user", "iron ore in b")])
+    store.put_original(a, "h1", "original text")
+    store.clear(a)
+    assert store.load(a) == []
+    assert store.search_messages(a, "iron") == []
+    assert store.get_original(a, "h1") is None
+    assert [m.text for m in store.load(b)] == ["iron ore in b"]
+    store.append(a, [cf.Message("user", "after clear")])
+    assert [m.text for m in store.load(a)] == ["after clear"]
+    assert store.search_messages(a, "clear")[0].position == 0
+
+
+def test_bad_arguments_are_configuration_errors(store: cf.BaseStore) -> None:
+    with pytest.raises(cf.ConfigurationError, match="conversation_id"):
+        store.append("", [cf.Message("user", "x")])
+    with pytest.raises(cf.ConfigurationError, match="Message"):
+        store.append(_conv(), [{"role": "user", "content": "x"}])  # type: ignore[list-item]
+    store.append(_conv(), [])  # nothing to do, no error
+
+
+def test_unstorable_metadata_is_refused_not_changed(store: cf.BaseStore) -> None:
+    conv = _conv()
+    with pytest.raises(cf.StoreError, match="tuple"):
+        store.append(conv, [cf.Message("user", "x", metadata={"pair": (1, 2)})])
+    assert store.load(conv) == []
+
+
+@_FIXTURE_OK
+@given(batch=st.lists(messages, min_size=1, max_size=4))
+def test_every_message_round_trips(store: cf.BaseStore, batch: list[cf.Message]) -> None:
+    conv = _conv()
+    store.append(conv, batch)
+    loaded = store.load(conv)
+    assert loaded == batch
+    assert [m.id for m in loaded] == [m.id for m in batch]
+    for got, sent in zip(loaded, batch, strict=True):
+        assert got.created_at == sent.created_at
+        assert dict(got.metadata) == dict(sent.metadata)
+
+
+# -- search -------------------------------------------------------------------------------
+
+
+def test_search_ranks_the_best_match_first_and_needs_every_word(store: cf.BaseStore) -> None:
+    conv = _conv()
+    filler = " ".join(f"filler{i}" for i in range(60))
+    store.append(conv, [
+        cf.Message("user", f"{filler} iron somewhere and ore later {filler}"),
+        cf.Message("tool", "iron ore iron ore: iron ore deposits", tool_call_id="t"),
+        cf.Message("user", "only ore here"),
+        cf.Message("assistant", "nothing relevant"),
+    ])
+    hits = store.search_messages(conv, "iron ore")
+    assert [h.position for h in hits] == [1, 0]
+    assert hits[0].score > hits[1].score
+    best = hits[0]
+    assert best.role == "tool" and best.conversation_id == conv
+    assert "[iron]" in best.snippet.lower() or "[iron" in best.snippet.lower()
+    assert store.get_message(best.handle) == best.message
+    assert len(store.search_messages(conv, "iron ore", limit=1)) == 1
+
+
+def test_search_finds_tool_call_names_and_arguments(store: cf.BaseStore) -> None:
+    conv = _conv()
+    store.append(conv, _turn(7))
+    hits = store.search_messages(conv, "navigate")
+    assert [h.position for h in hits] == [0]
+    assert hits[0].message.tool_calls[0].name == "navigate"
+
+
+def test_search_reasoning_looks_only_at_reasoning(store: cf.BaseStore) -> None:
+    conv = _conv()
+    store.append(conv, [
+        cf.Message("assistant", "travel now", reasoning="the travel cooldown is 30 seconds"),
+        cf.Message("assistant", "cooldown mentioned in content only"),
+    ])
+    hits = store.search_reasoning(conv, "cooldown")
+    assert [h.position for h in hits] == [0]
+    assert "cooldown" in hits[0].snippet.lower()
+    assert [h.position for h in store.search_messages(conv, "cooldown")] == [1]
+
+
+LITERAL_QUERIES = [
+    '"', '""', "'", "*", "-", ":", "(", ")", "^iron", "iron*", "-iron", '"iron ore"',
+    "iron AND ore", "iron OR nothing", "NOT iron", "NEAR(iron ore)", "content:iron",
+    "search_text:iron", "'; DROP TABLE contextfold_messages; --", "1=1 OR", "\\", "%", "_",
+    "iron\x00ore", "   ", "",
+]
+
+
+@pytest.mark.parametrize("query", LITERAL_QUERIES)
+def test_operators_and_sql_are_searched_literally(store: cf.BaseStore, query: str) -> None:
+    conv = _conv()
+    store.append(conv, [cf.Message("user", "iron ore; DROP TABLE contextfold_messages")])
+    hits = store.search_messages(conv, query)
+    assert all(h.conversation_id == conv for h in hits)
+    assert store.search_reasoning(conv, query) == []
+    assert len(store.load(conv)) == 1  # nothing was executed
+
+
+def test_sql_text_in_a_query_matches_as_words(store: cf.BaseStore) -> None:
+    conv = _conv()
+    store.append(conv, [cf.Message("user", "please DROP TABLE users now"),
+                        cf.Message("user", "unrelated")])
+    hits = store.search_messages(conv, "'; DROP TABLE users; --")
+    assert [h.position for h in hits] == [0]
+    assert store.search_messages(conv, "iron OR unrelated") == []  # OR is a word, not logic
+
+
+@_FIXTURE_OK
+@given(query=st.text(max_size=30))
+def test_any_query_returns_a_list_never_an_error(store: cf.BaseStore, query: str) -> None:
+    conv = "fuzz"
+    if not store.load_recent(conv, 1):
+        store.append(conv, [cf.Message("user", "iron ore \"quoted\" NEAR(x) * -y",
+                                       reasoning="thinking AND more")])
+    for search in (store.search_messages, store.search_reasoning):
+        hits = search(conv, query)
+        assert isinstance(hits, list)
+        assert all(h.conversation_id == conv for h in hits)
+    assert isinstance(store.search_broadcasts("fuzz-swarm", query), list)
+
+
+# -- isolation ----------------------------------------------------------------------------
+
+
+def test_search_and_handles_never_cross_conversations(store: cf.BaseStore) -> None:
+    mine, other = _conv(), _conv()
+    store.append(mine, [cf.Message("user", "my iron ore", reasoning="my secret plan")])
+    store.append(other, [cf.Message("user", "their iron ore", reasoning="their secret plan")])
+    hits = store.search_messages(mine, "iron ore")
+    assert [h.message.text for h in hits] == ["my iron ore"]
+    assert [h.message.reasoning for h in store.search_reasoning(mine, "secret")] == [
+        "my secret plan"]
+    theirs = store.search_messages(other, "iron")[0].handle
+    assert store.get_message(theirs, scope=[mine]) is None
+    assert store.get_message(theirs, scope=[mine, other]) is not None
+    for bad in ("m:999999999", "x:1", "m:-1", "", "m:1; DROP", "b:" + "9" * 30):
+        assert store.get_message(bad) is None
+
+
+def test_originals_are_scoped_to_their_conversation(store: cf.BaseStore) -> None:
+    a, b = _conv(), _conv()
+    store.put_original(a, "ref-1", "the full tool output")
+    assert store.get_original(a, "ref-1") == "the full tool output"
+    assert store.get_original(b, "ref-1") is None
+    store.put_original(a, "ref-1", "replaced")
+    assert store.get_original(a, "ref-1") == "replaced"
+
+
+def test_summary_cache_round_trips_and_replaces(store: cf.BaseStore) -> None:
+    key = "sha:" + uuid.uuid4().hex
+    assert store.get_summary(key) is None
+    store.put_summary(key, "first")
+    store.put_summary(key, "second")
+    assert store.get_summary(key) == "second"
+
+
+# -- broadcasts (seed 001) ------------------------------------------------------------------
+
+
+def test_broadcast_is_stored_per_recipient_as_a_user_message(store: cf.BaseStore) -> None:
+    swarm, a, b = _conv(), _conv(), _conv()
+    store.join_swarm(a, swarm)
+    store.join_swarm(b, swarm)
+    sent = store.broadcast(swarm, "Mine iron ore")
+    assert sent.role == "user" and sent.source == "broadcast" and sent.sender_id == ""
+    for conv in (a, b):
+        assert store.load(conv) == [sent]
+        assert store.most_recent_broadcast(conv) == sent
+    hits = store.search_broadcasts(swarm, "iron")
+    assert [h.message for h in hits] == [sent]
+    assert hits[0].conversation_id == swarm
+    assert store.get_message(hits[0].handle, scope=[swarm]) == sent
+    assert store.get_message(hits[0].handle, scope=[a]) is None
+    assert store.search_broadcasts(_conv(), "iron") == []
+
+
+def test_broadcast_pushed_out_of_the_window_is_still_found(store: cf.BaseStore) -> None:
+    """Seed 001 ``TestBroadcastSlidingWindowBug``: 1 broadcast + 24 messages, window 20."""
+    swarm, agent = _conv(), _conv()
+    store.join_swarm(agent, swarm)
+    sent = store.broadcast(swarm, "Explore the universe!")
+    for i in range(8):
+        store.append(agent, _turn(i))
+    assert len(store.load(agent)) == 25
+    window = store.load_recent(agent, 20)
+    assert all(m.source != "broadcast" for m in window)
+    assert store.most_recent_broadcast(agent) == sent
+
+
+def test_new_agent_inherits_the_swarm_commander_broadcast(store: cf.BaseStore) -> None:
+    """Seed 001 ``TestNewMysisInheritsGlobalBroadcast``."""
+    swarm, old, late = _conv(), _conv(), _conv()
+    store.join_swarm(old, swarm)
+    mission = store.broadcast(swarm, "Explore the universe!")
+    store.broadcast(swarm, "found a nebula", sender_id=old, recipients=[old])
+    store.join_swarm(late, swarm)
+    assert store.load(late) == []
+    assert store.most_recent_broadcast(late) == mission  # the commander's, not the agent's
+    stranger = _conv()
+    assert store.most_recent_broadcast(stranger) is None
+    assert store.most_recent_broadcast(stranger, swarm) == mission
+    assert store.most_recent_broadcast(stranger, _conv()) is None
+
+
+def test_own_broadcast_wins_over_the_swarm_fallback(store: cf.BaseStore) -> None:
+    swarm, a = _conv(), _conv()
+    store.broadcast(swarm, "old commander order", recipients=[a])
+    newer = store.broadcast(swarm, "swarm chatter", sender_id="b", recipients=[a])
+    assert store.most_recent_broadcast(a) == newer
+    assert store.most_recent_broadcast(a, swarm) == newer
