@@ -37,10 +37,16 @@ MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
         # OpenAI
         "gpt-4o": ModelLimits(128_000, 16_384),
         "gpt-4o-mini": ModelLimits(128_000, 16_384),
+        "chatgpt-4o": ModelLimits(128_000, 16_384),
+        "gpt-4.5": ModelLimits(128_000, 16_384),
         "gpt-4-turbo": ModelLimits(128_000, 4_096),
+        "gpt-4-0125-preview": ModelLimits(128_000, 4_096),
+        "gpt-4-1106-preview": ModelLimits(128_000, 4_096),
+        "gpt-4-32k": ModelLimits(32_768, 4_096),
         "gpt-4": ModelLimits(8_192, 4_096),
         "gpt-3.5-turbo": ModelLimits(16_385, 4_096),
         "o1": ModelLimits(200_000, 100_000),
+        "o1-mini": ModelLimits(128_000, 65_536),
         "o3": ModelLimits(200_000, 100_000),
         "o4-mini": ModelLimits(200_000, 100_000),
         # Anthropic
@@ -50,6 +56,8 @@ MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
         "claude-3-5-sonnet": ModelLimits(200_000, 8_192),
         "claude-3-5-haiku": ModelLimits(200_000, 8_192),
         "claude-haiku-4-5": ModelLimits(200_000, 64_000),
+        "claude-3-opus": ModelLimits(200_000, 4_096),
+        "claude-3-haiku": ModelLimits(200_000, 4_096),
         # Google
         "gemini-2.5-pro": ModelLimits(1_048_576, 65_536),
         "gemini-2.5-flash": ModelLimits(1_048_576, 65_536),
@@ -63,7 +71,14 @@ MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
         # Meta Llama
         "llama-3.1": ModelLimits(131_072, 4_096),
         "llama-3.3": ModelLimits(131_072, 4_096),
+        "llama-3.2": ModelLimits(131_072, 4_096),
         "llama-4": ModelLimits(1_000_000, 8_192),
+        "llama3.1": ModelLimits(131_072, 4_096),  # Ollama's spelling
+        "llama3.2": ModelLimits(131_072, 4_096),
+        "llama3.3": ModelLimits(131_072, 4_096),
+        # DeepSeek API
+        "deepseek-chat": ModelLimits(131_072, 8_192),
+        "deepseek-reasoner": ModelLimits(131_072, 65_536),
         # Qwen
         "qwen2.5": ModelLimits(131_072, 8_192),
         "qwen3": ModelLimits(131_072, 8_192),
@@ -71,10 +86,17 @@ MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
 )
 
 
+def _normal(name: str) -> str:
+    """The lookup key of a model name: lower case, no provider prefix ("openai/gpt-4o"),
+    and Anthropic's version dots as dashes (OpenRouter's "claude-3.5-sonnet")."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
+    return key.replace(".", "-") if key.startswith("claude") else key
+
+
 def _lookup(name: str, table: Mapping[str, ModelLimits]) -> ModelLimits | None:
-    key = name.lower().rsplit("/", 1)[-1]  # "openai/gpt-4o" -> "gpt-4o"
+    key = _normal(name)
+    # Longest prefix first: "gpt-4o-2024-08-06" matches "gpt-4o"; "gpt-4o" never "gpt-4".
     for prefix in sorted(table, key=len, reverse=True):
-        # "gpt-4o-2024-08-06" matches "gpt-4o"; "gpt-4o" does not match "gpt-4".
         if key == prefix or (key.startswith(prefix) and not key[len(prefix)].isalnum()):
             return table[prefix]
     return None
@@ -100,6 +122,13 @@ class Budget:
     """The model this budget was made for, when known; used to pick a token counter."""
 
     def __post_init__(self) -> None:
+        for name in ("context_window", "output_reserve"):
+            if isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be an int, got {getattr(self, name)!r}")
+        for name in ("trigger", "target"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigurationError(f"{name} must be a number, got {value!r}")
         if not isinstance(self.context_window, int) or self.context_window <= 0:
             raise ConfigurationError(
                 f"context_window must be a positive int, got {self.context_window!r}"
@@ -149,7 +178,7 @@ class Budget:
         Raises:
             ConfigurationError: the model is in neither table.
         """
-        merged = {**MODEL_LIMITS, **(table or {})}
+        merged = {_normal(k): v for k, v in {**MODEL_LIMITS, **(table or {})}.items()}
         limits = _lookup(model, merged)
         if limits is None:
             raise ConfigurationError(
