@@ -7,65 +7,13 @@ Each PostgreSQL test gets its own schema, so tests never see each other's rows.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from store_helpers import BACKENDS, PostgresSchema, postgres_url
 
 import contextfold as cf
-
-BACKENDS = ["memory", "sqlite", "postgres"]
-SQL_BACKENDS = ["sqlite", "postgres"]
-
-StoreFactory = Callable[[], cf.BaseStore]
-
-
-def postgres_url() -> str:
-    """The test server's URL; skip (locally) or fail (in CI) when there is none."""
-    url = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL")
-    if not url:
-        reason = ("CONTEXTFOLD_TEST_POSTGRES_URL is not set; "
-                  "`source .ci/services/postgres.sh` starts a local server")
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return url
-
-
-class PostgresSchema:
-    """A throwaway schema; stores opened through it read and write only there."""
-
-    def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
-
-        self.url = url
-        self.name = "cf_test_" + uuid.uuid4().hex[:12]
-        self.admin = sa.create_engine(url)
-        with self.admin.begin() as conn:
-            conn.execute(sa.text(f'CREATE SCHEMA "{self.name}"'))
-
-    def options(self) -> dict[str, Any]:
-        return {"connect_args": {"options": f"-c search_path={self.name}"}}
-
-    def open(self, **kwargs: Any) -> cf.PostgresStore:
-        return cf.PostgresStore(self.url, engine_options=self.options(), **kwargs)
-
-    def execute(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        import sqlalchemy as sa
-
-        with self.admin.begin() as conn:
-            conn.execute(sa.text(f'SET LOCAL search_path = "{self.name}"'))
-            result = conn.execute(sa.text(sql), params or {})
-            return list(result.fetchall()) if result.returns_rows else []
-
-    def drop(self) -> None:
-        import sqlalchemy as sa
-
-        with self.admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{self.name}" CASCADE'))
-        self.admin.dispose()
 
 
 @pytest.fixture
@@ -110,18 +58,3 @@ def open_store(backend: str, tmp_path: Any, request: pytest.FixtureRequest
 @pytest.fixture
 def store(open_store: Callable[..., cf.BaseStore]) -> cf.BaseStore:
     return open_store()
-
-
-def raw_sql(store: cf.BaseStore, schema: PostgresSchema | None, sql: str,
-            params: dict[str, Any] | None = None) -> list[Any]:
-    """Run SQL straight against a SQL store's database (named ``:params``)."""
-    if isinstance(store, cf.SQLiteStore):
-        import sqlite3
-
-        conn = sqlite3.connect(store.path, isolation_level=None)
-        try:
-            return conn.execute(sql, params or {}).fetchall()
-        finally:
-            conn.close()
-    assert schema is not None
-    return schema.execute(sql, params)

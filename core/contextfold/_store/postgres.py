@@ -95,6 +95,7 @@ class PostgresStore(BaseStore):
         self._text = sa.text
         self._sa_error: type[Exception] = sa.exc.SQLAlchemyError
         self.tracer = tracer
+        self._closed = False
         options = {"pool_pre_ping": True, **dict(engine_options or {})}
         with self._guard():
             self._engine: Engine = sa.create_engine(url, **options)
@@ -104,13 +105,18 @@ class PostgresStore(BaseStore):
                 tracer(statement, params)
             sa.event.listen(self._engine, "before_cursor_execute", before)
         self._url = self._engine.url.render_as_string(hide_password=True)
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
 
     def close(self) -> None:
-        """Dispose of the connection pool."""
+        """Dispose of the connection pool; the store is unusable afterwards."""
+        self._closed = True
         self._engine.dispose()
 
     # -- plumbing -------------------------------------------------------------------------
@@ -125,6 +131,8 @@ class PostgresStore(BaseStore):
 
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
+        if self._closed:
+            raise StoreError("this PostgresStore is closed")
         with self._guard(), self._engine.begin() as conn:
             yield conn
 

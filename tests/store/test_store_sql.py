@@ -1,0 +1,170 @@
+"""What only the SQL stores have: schema migrations, corrupt rows, tracing, error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import SQL_BACKENDS, PostgresSchema, raw_sql
+
+import contextfold as cf
+from contextfold._store import _migrations, sqlite
+from contextfold._store.postgres import postgres_search_sql
+
+sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
+
+Opener = Callable[..., cf.BaseStore]
+
+
+def _schema(backend: str, request: pytest.FixtureRequest) -> PostgresSchema | None:
+    return request.getfixturevalue("pg_schema") if backend == "postgres" else None
+
+
+@sql_backends
+def test_migrations_are_recorded_once(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest
+) -> None:
+    store = open_store()
+    open_store()  # opening again applies nothing new
+    rows = raw_sql(store, _schema(backend, request),
+                   'SELECT "version", "name" FROM "contextfold_migrations" ORDER BY "version"')
+    assert [tuple(r) for r in rows] == [(m.version, m.name) for m in _migrations.MIGRATIONS]
+
+
+@sql_backends
+def test_a_newer_schema_is_refused(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest
+) -> None:
+    store = open_store()
+    store.append("c", [cf.Message("user", "kept")])
+    raw_sql(store, _schema(backend, request),
+            'INSERT INTO "contextfold_migrations" ("version", "name", "applied_at") '
+            "VALUES (:v, 'from the future', '2099-01-01')", {"v": _migrations.LATEST + 1})
+    with pytest.raises(cf.SchemaVersionError, match=f"schema version {_migrations.LATEST + 1}"):
+        open_store()
+
+
+@sql_backends
+def test_a_failing_migration_leaves_nothing_behind(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = open_store()
+    broken = _migrations.Migration(
+        _migrations.LATEST + 1, "broken",
+        sqlite=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
+        postgres=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
+    )
+    module = "contextfold._store.sqlite" if backend == "sqlite" else "contextfold._store.postgres"
+    monkeypatch.setattr(f"{module}.MIGRATIONS", (*_migrations.MIGRATIONS, broken))
+    with pytest.raises(cf.StoreError):
+        open_store()
+    schema = _schema(backend, request)
+    versions = raw_sql(store, schema, 'SELECT MAX("version") FROM "contextfold_migrations"')
+    assert versions[0][0] == _migrations.LATEST
+    with pytest.raises(Exception, match="half_done"):
+        raw_sql(store, schema, 'SELECT * FROM "half_done"')
+
+
+@sql_backends
+def test_a_corrupt_row_raises_naming_table_and_row(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest
+) -> None:
+    store = open_store()
+    store.append("c", [cf.Message("system", "prompt"), cf.Message("user", "fine")])
+    schema = _schema(backend, request)
+    raw_sql(store, schema,
+            'INSERT INTO "contextfold_messages" ("conversation_id", "position", "message_id", '
+            '"role", "search_text", "body") VALUES (\'c\', 2, \'x\', \'user\', \'bad row\', '
+            "'{not json')")
+    row_id = raw_sql(store, schema,
+                     'SELECT "id" FROM "contextfold_messages" WHERE "position" = 2')[0][0]
+    for read in (lambda: store.load("c"), lambda: store.load_recent("c", 1),
+                 lambda: store.search_messages("c", "bad row")):
+        with pytest.raises(cf.CorruptRowError, match=rf"row {row_id} of table "
+                           r'"contextfold_messages"'):
+            read()
+    assert store.system_message("c") == cf.Message("system", "prompt")  # others still read
+
+
+@sql_backends
+def test_a_row_with_the_wrong_shape_is_corrupt_too(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest
+) -> None:
+    store = open_store()
+    raw_sql(store, _schema(backend, request),
+            'INSERT INTO "contextfold_messages" ("conversation_id", "position", "message_id", '
+            '"role", "search_text", "body") VALUES (\'c\', 0, \'x\', \'user\', \'\', '
+            """'{"v": 1, "id": "x", "role": "wizard", "content": ""}')""")
+    with pytest.raises(cf.CorruptRowError, match="unknown role 'wizard'"):
+        store.load("c")
+
+
+@sql_backends
+def test_the_tracer_sees_every_statement_with_bound_values(open_store: Opener) -> None:
+    seen: list[tuple[str, Any]] = []
+    store = open_store(tracer=lambda sql, params: seen.append((sql, params)))
+    assert any("contextfold_migrations" in sql for sql, _ in seen)
+    seen.clear()
+    secret = "x'); DROP TABLE t; --"
+    store.append("conv-9", [cf.Message("user", secret)])
+    store.search_messages("conv-9", secret)
+    inserts = [(sql, p) for sql, p in seen if sql.lstrip().startswith("INSERT INTO")]
+    assert inserts and all(secret not in sql for sql, _ in seen)
+    assert "conv-9" in repr(inserts[0][1])
+    searches = [p for sql, p in seen if "SELECT" in sql and "contextfold_messages" in sql]
+    values = [str(v) for p in searches for v in (p.values() if isinstance(p, dict) else p)]
+    assert any("DROP" in v for v in values)
+
+
+@sql_backends
+def test_backend_errors_become_store_errors(
+    backend: str, open_store: Opener, tmp_path: Path
+) -> None:
+    store = open_store()
+    store.close()
+    with pytest.raises(cf.StoreError):
+        store.load("c")
+    with pytest.raises(cf.StoreError):
+        if backend == "sqlite":
+            cf.SQLiteStore(tmp_path)  # a directory, not a database file
+        else:
+            cf.PostgresStore("postgresql+psycopg://nobody@127.0.0.1:1/none",
+                             engine_options={"connect_args": {"connect_timeout": 2}})
+
+
+def test_search_sql_quotes_every_term_and_binds_every_value() -> None:
+    assert sqlite.fts_query(["iron", 'say "hi"', "NEAR(x"]) == '"iron" "say ""hi""" "NEAR(x"'
+    sql = sqlite.search_sql("messages")
+    assert 'MATCH ? AND t."conversation_id" = ?' in sql and "bm25(" in sql
+    assert 't."swarm_id" = ?' in sqlite.search_sql("broadcasts")
+    assert '"reasoning_tsv" @@' in postgres_search_sql("reasoning")
+    assert "plainto_tsquery" in postgres_search_sql("messages")
+
+
+@sqlite_only
+def test_sqlite_file_stays_consistent_after_deletes(backend: str, open_store: Opener) -> None:
+    store = open_store()
+    assert isinstance(store, cf.SQLiteStore)
+    store.append("a", [cf.Message("assistant", f"iron {i}", reasoning=f"ore {i}")
+                       for i in range(50)])
+    store.broadcast("s", "mine iron", recipients=["a", "b"])
+    store.clear("a")
+    for check in ("PRAGMA integrity_check",
+                  'INSERT INTO "contextfold_messages_fts" ("contextfold_messages_fts") '
+                  "VALUES ('integrity-check')",
+                  'INSERT INTO "contextfold_reasoning_fts" ("contextfold_reasoning_fts") '
+                  "VALUES ('integrity-check')"):
+        rows = raw_sql(store, None, check)
+        assert rows in ([], [("ok",)])
+    assert store.search_messages("a", "iron") == []
+    assert len(store.search_messages("b", "iron")) == 1
+
+
+@sqlite_only
+def test_sqlite_uses_wal(backend: str, open_store: Opener) -> None:
+    store = open_store()
+    assert raw_sql(store, None, "PRAGMA journal_mode") == [("wal",)]
