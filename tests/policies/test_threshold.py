@@ -1,0 +1,376 @@
+"""ThresholdPolicy (seed 004): trigger, target passes, truncation, summary, nudge, degradation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import contextfold as cf
+from contextfold._policies.threshold import (
+    COMPACTION_NOTICE,
+    CONTINUATION_NUDGE,
+    SUMMARY_HEADER,
+)
+from contextfold._shrink import truncation_label
+from contextfold.testing import assert_valid_within, histories
+
+MARKER = "[Screenshot analyzed — image omitted from context]"
+
+
+def words(n: int, tag: str = "w") -> str:
+    """About ``n`` characters of text without identifiers."""
+    return (f"{tag} lorem ipsum dolor sit amet " * (n // 28 + 1))[:n]
+
+
+def tool_step(
+    call_id: str, size: int, *, error: bool = False, name: str = "read"
+) -> list[cf.Message]:
+    return [
+        cf.Message(role="assistant", tool_calls=(cf.ToolCall(call_id, name, "{}"),)),
+        cf.Message(role="tool", content=words(size, call_id), tool_call_id=call_id, name=name,
+                   metadata={"is_error": True} if error else {}),
+    ]
+
+
+def context_for(
+    counter: cf.TokenCounter, window: int, *, force: bool = False, known: int | None = None
+) -> cf.CompactionContext:
+    return cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+                                force=force, known_tokens=known)
+
+
+def drive(
+    policy: cf.Policy, messages: Sequence[cf.Message], context: cf.CompactionContext,
+    reply: str | None = "TASK: t\nPROGRESS: p\nREMAINING: r\nDATA: d\nDECISIONS: none",
+) -> tuple[cf.PolicyOutcome, list[cf.SummaryRequest]]:
+    """Run a policy by hand, answering every request with ``reply``."""
+    requests: list[cf.SummaryRequest] = []
+    run = policy.run(messages, context)
+    try:
+        request = next(run)
+        while True:
+            requests.append(request)
+            origin = "summarizer" if reply is not None else "failed"
+            request = run.send(cf.SummaryReply(text=reply, origin=origin, error="down"))
+    except StopIteration as stop:
+        return stop.value, requests
+
+
+def email_history(n_results: int = 8, size: int = 6_000) -> list[cf.Message]:
+    history = [cf.Message(role="system", content="You read e-mail."),
+               cf.Message(role="user", content="Read every unread e-mail. " + words(600, "task"))]
+    for k in range(n_results):
+        history += tool_step(f"c{k}", size + 100 * k)
+    return history
+
+
+# -- trigger -------------------------------------------------------------------------
+
+
+def test_below_the_trigger_the_input_object_comes_back(counter: cf.TokenCounter) -> None:
+    history = email_history(3)
+    context = context_for(counter, counter.count_messages(history) * 2)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context)
+    assert outcome.messages is history
+    assert requests == []
+
+
+def test_calibrated_tokens_trigger_when_the_estimate_does_not(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    size = counter.count_messages(history)
+    window = size * 2  # the estimate is at 50%, under the 75% trigger
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert outcome.messages is history
+    outcome, requests = drive(cf.ThresholdPolicy(), history,
+                              context_for(counter, window, known=int(window * 0.8)))
+    assert outcome.method == "threshold" and len(requests) == 1
+
+
+def test_force_compacts_below_the_trigger(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    window = counter.count_messages(history) * 2
+    outcome, requests = drive(cf.ThresholdPolicy(), history,
+                              context_for(counter, window, force=True))
+    assert outcome.method == "threshold" and len(requests) == 1
+    assert counter.count_messages(outcome.messages) <= window // 2
+
+
+# -- target selection ----------------------------------------------------------------
+
+
+def test_pass_one_takes_the_largest_results_and_skips_errors_and_recent(
+    counter: cf.TokenCounter,
+) -> None:
+    history = [cf.Message(role="user", content="task")]
+    history += tool_step("small", 3_000) + tool_step("huge", 80_000)
+    history += tool_step("err", 20_000, error=True) + tool_step("mid", 9_000)
+    history += tool_step("r1", 900) + tool_step("r2", 900) + tool_step("r3", 900)
+    size = counter.count_messages(history)
+    # Just over the trigger: truncating the huge result (to 9,000 of 80,000 chars) is enough.
+    window = int(size / 0.76)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    truncated = [t for t in outcome.targets if t.method == "truncated"]
+    assert [history[t.index].tool_call_id for t in truncated] == ["huge"]
+    assert requests[0].messages[-1] is history[4]  # the original, not the truncated text
+
+
+def test_passes_two_and_three_go_oldest_first_and_spare_the_first_user(
+    counter: cf.TokenCounter,
+) -> None:
+    history: list[cf.Message] = []
+    for k in range(6):
+        history.append(cf.Message(role="user", content=words(4_000, f"u{k}")))
+        history.append(cf.Message(role="assistant", content=words(4_000, f"a{k}"),
+                                  reasoning=words(2_000, f"why{k}")))
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    truncated = sorted(t.index for t in outcome.targets if t.method == "truncated")
+    assert outcome.details["passes"] == {"assistant": 3, "user": 2}
+    assistants = [i for i in truncated if history[i].role == "assistant"]
+    users = [i for i in truncated if history[i].role == "user"]
+    assert assistants == [1, 3, 5][: len(assistants)] and assistants  # oldest first
+    assert 0 not in users  # the first user message
+    assert not {6, 8, 10} & set(users) and not {7, 9, 11} & set(assistants)  # 3 most recent
+    for i in assistants:
+        new = next(m for m in outcome.messages if m.id == history[i].id)
+        assert new.reasoning is None
+
+
+def test_short_messages_are_never_truncated(counter: cf.TokenCounter) -> None:
+    history = [cf.Message(role="user", content="task")]
+    for k in range(40):
+        history += tool_step(f"s{k}", 450)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window, force=True))
+    assert not [t for t in outcome.targets if t.method == "truncated"]
+
+
+# -- truncation, summary, nudge ------------------------------------------------------
+
+
+def test_truncation_keeps_head_and_tail_with_seed_label(counter: cf.TokenCounter) -> None:
+    history = email_history(8, size=45_000)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    target = next(t for t in outcome.targets if t.method == "truncated")
+    original = history[target.index].text
+    new = next(m for m in outcome.messages if m.id == history[target.index].id).text
+    head, tail = min(int(len(original) * 0.15), 6_000), min(int(len(original) * 0.08), 3_000)
+    assert new.startswith(original[:head]) and new.endswith(original[-tail:])
+    assert truncation_label(len(original), head, tail) in new
+    assert "[TRUNCATED — " in new and f"{len(original):,} chars original" in new
+
+
+def test_one_request_with_five_sections_and_originals(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert len(requests) == 1
+    request = requests[0]
+    assert request.purpose == "threshold"
+    for section in ("TASK:", "PROGRESS:", "REMAINING:", "DATA:", "DECISIONS:"):
+        assert section in request.instructions
+    targeted = {history[t.index].id for t in outcome.targets if t.method == "truncated"}
+    sent = {m.id for m in request.messages}
+    assert targeted <= sent
+    for m in request.messages:  # full originals, never the truncated text
+        assert m in history
+
+
+def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply="S1")
+    last = outcome.messages[-1]
+    assert last.role == "user" and last.source == "summary"
+    assert last.text == f"{SUMMARY_HEADER}S1\n\n{CONTINUATION_NUDGE}"
+    assert outcome.messages[-2].role == "tool"
+    assert cf.validate(outcome.messages) == []
+
+
+def test_a_trailing_user_prompt_stays_last(counter: cf.TokenCounter) -> None:
+    prompt = cf.Message(role="user", content="Now write the briefing.")
+    history = [*email_history(8), prompt]
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert outcome.messages[-1] is prompt
+    assert outcome.messages[-2].source == "summary"
+
+
+def test_failed_summary_gives_the_notice(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply=None)
+    assert outcome.messages[-1].text == COMPACTION_NOTICE
+    assert any("summary failed" in note for note in outcome.notes)
+
+
+def test_earlier_summaries_are_recompacted(counter: cf.TokenCounter) -> None:
+    old = cf.Message(role="user", content=SUMMARY_HEADER + words(8_000, "old"), source="summary")
+    history = [cf.Message(role="user", content="task"), old]
+    for k in range(3):
+        history += [cf.Message(role="user", content=f"go {k}")]
+        history += [cf.Message(role="assistant", content=f"ok {k}")]
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert any(t.index == 1 and t.method == "truncated" for t in outcome.targets)
+    assert old in requests[0].messages
+
+
+# -- images --------------------------------------------------------------------------
+
+
+def test_analysed_images_are_stripped_with_one_marker(counter: cf.TokenCounter) -> None:
+    shot = cf.ImagePart(url="data:image/png;base64,AAAA", width=1920, height=1080)
+    history = [cf.Message(role="user", content="task")]
+    history += [cf.Message(role="assistant", tool_calls=(cf.ToolCall("s0", "screenshot"),)),
+                cf.Message(role="tool", tool_call_id="s0", name="screenshot",
+                           content=(cf.TextPart("page"), shot))]
+    for k in range(4):
+        history += tool_step(f"r{k}", 300)
+    history.append(cf.Message(role="assistant", content="done"))
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    stripped = next(m for m in outcome.messages if m.tool_call_id == "s0")
+    assert stripped.images == () and stripped.text == f"{MARKER}\npage"
+    again, _ = drive(cf.StripImagesPass(), outcome.messages, context_for(counter, window))
+    assert again.messages is outcome.messages  # nothing left to strip, marker not repeated
+
+
+def test_strip_images_pass_keeps_unseen_images(counter: cf.TokenCounter) -> None:
+    shot = cf.ImagePart(url="https://x.example/a.png")
+    history = [cf.Message(role="user", content="task"),
+               cf.Message(role="assistant", tool_calls=(cf.ToolCall("s0", "screenshot"),)),
+               cf.Message(role="tool", tool_call_id="s0", content=(shot,))]
+    outcome, _ = drive(cf.StripImagesPass(), history, context_for(counter, 10_000))
+    assert outcome.messages is history
+    seen = [*history, cf.Message(role="assistant", content="I see a login page.")]
+    outcome, _ = drive(cf.StripImagesPass(), seen, context_for(counter, 10_000))
+    assert outcome.messages[2].text == MARKER and outcome.messages[2].images == ()
+    assert outcome.targets[0].method == "image_stripped"
+
+
+# -- degradation and errors ----------------------------------------------------------
+
+
+def test_drops_oldest_unprotected_groups_when_truncation_is_not_enough(
+    counter: cf.TokenCounter,
+) -> None:
+    history = [cf.Message(role="user", content="task")]
+    for k in range(30):
+        history += tool_step(f"c{k}", 2_000)
+    tight = cf.ThresholdPolicy(head_tail=cf.HeadTail(0.4, 10_000, 0.4, 10_000))
+    window = int(counter.count_messages(history) * 0.5)
+    outcome, requests = drive(tight, history, context_for(counter, window))
+    dropped = [t.index for t in outcome.targets if t.method == "dropped"]
+    assert dropped and dropped == sorted(dropped)
+    assert dropped[0] == 1  # oldest first
+    assert cf.validate(outcome.messages) == []
+    assert counter.count_messages(outcome.messages) <= window
+    assert {m.id for m in requests[0].messages} >= {history[i].id for i in dropped}
+
+
+def test_budget_error_only_when_the_protected_part_cannot_fit(counter: cf.TokenCounter) -> None:
+    history = [cf.Message(role="user", content=words(20_000, "task"))]
+    history += tool_step("a", 20_000) + tool_step("b", 20_000)
+    window = counter.count_messages(history) // 2
+    with pytest.raises(cf.BudgetExceededError) as info:
+        drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert info.value.needed > info.value.available == window
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"protect_recent": -1}, "protect_recent must be an int >= 0, got -1"),
+        ({"min_compaction_chars": 1.5}, "min_compaction_chars must be an int >= 0"),
+        ({"summary_max_share": 1.5}, "summary_max_share must be in (0, 1], got 1.5"),
+        ({"summary_max_tokens": 0}, "summary_max_tokens must be an int >= 1"),
+        ({"nudge": "  "}, "nudge must not be empty"),
+        ({"head_tail": (0.1, 10, 0.1, 10)}, "head_tail must be a HeadTail"),
+    ],
+)
+def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(cf.ConfigurationError, match=message.replace("(", r"\(").replace(
+            ")", r"\)").replace("[", r"\[")):
+        cf.ThresholdPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_constants_are_configurable(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    window = int(counter.count_messages(history) / 0.8)
+    policy = cf.ThresholdPolicy(protect_recent=1, head_tail=cf.HeadTail(0.05, 100, 0.05, 100))
+    outcome, _ = drive(policy, history, context_for(counter, window))
+    truncated = {t.index for t in outcome.targets if t.method == "truncated"}
+    assert len(history) - 1 not in truncated and len(history) - 3 in truncated
+    new = next(m for m in outcome.messages if m.id == history[len(history) - 3].id)
+    assert "showing first 100 + last 100 chars" in new.text
+
+
+# -- properties ----------------------------------------------------------------------
+
+
+def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
+    """Seed 004's protections, computed independently of the policy."""
+    ids: set[str] = set()
+    users = [m for m in messages if m.role == "user"]
+    if users:
+        ids.add(users[0].id)
+    for role in ("tool", "assistant", "user"):
+        ids.update(m.id for m in [m for m in messages if m.role == role][-recent:])
+    ids.update(m.id for m in messages if m.is_error)
+    return ids
+
+
+@settings(max_examples=200)
+@given(history=histories(max_turns=10), share=st.floats(0.6, 2.5), force=st.booleans(),
+       known=st.none() | st.floats(0.5, 1.2))
+def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float, force: bool,
+    known: float | None,
+) -> None:
+    size = counter.count_messages(history)
+    budget = cf.Budget(context_window=max(50, int(size * share)))
+    known_tokens = None if known is None else int(size * known)
+    summarizer = cf.ScriptedSummarizer(default="TASK: t\nPROGRESS: p\nDATA: KT-1234")
+    try:
+        result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
+                            summarizer=summarizer, force=force, known_tokens=known_tokens)
+    except cf.BudgetExceededError:
+        # Necessary condition: the groups holding protected messages, untouched, plus the
+        # notice, do not fit. (The policy shrinks their other members, so it may raise less.)
+        keep = protected_ids(history)
+        groups = [g for g in cf.split_groups(history) if any(m.id in keep for m in g.messages)]
+        floor = [m for g in groups for m in g.messages if m.role == "system" or m.id in keep]
+        notice = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
+        assert counter.count_messages([*floor, notice]) > budget.input_budget or any(
+            m.id not in keep for g in groups for m in g.messages
+        )
+        event("budget exceeded")
+        return
+    event(f"method {result.report.method}, dropped {bool(result.report.details.get('dropped'))}")
+    assert_valid_within(result.messages, budget, counter)
+    out = {id(m) for m in result.messages}
+    if result.report.method != "none":
+        for m in history:
+            if m.id in protected_ids(history):
+                assert id(m) in out, f"protected {m.role} message changed or dropped"
+    assert summarizer.calls <= 1
+
+
+@given(history=histories(max_turns=6, imperfect=True), share=st.floats(0.3, 1.2))
+def test_threshold_repairs_imperfect_histories(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float
+) -> None:
+    size = counter.count_messages(history)
+    budget = cf.Budget(context_window=max(50, int(size * share)))
+    try:
+        result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
+                            summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+    except cf.BudgetExceededError as exc:
+        assert exc.needed > exc.available
+        return
+    assert_valid_within(result.messages, budget, counter)
