@@ -1,0 +1,414 @@
+"""``CompactingMemory``: a LlamaIndex ``BaseMemory`` backed by contextfold.
+
+Use it wherever ``ChatMemoryBuffer`` or ``Memory`` goes (chat engines, ``FunctionAgent``,
+``ReActAgent``, ``AgentWorkflow``). ``put`` appends to the history store, which keeps the
+full history; ``get`` returns the compacted, valid view a Compactor builds from it:
+
+* the first non-system message is a user message, no tool result is orphaned and no call
+  is left unanswered (the in-flight view is repaired, never the stored history);
+* it fits the budget together with the tokens the caller adds: ``initial_token_count``,
+  the ``system_prompt`` the agent prepends and the ``tools`` it sends;
+* successive ``get`` calls reuse the compacted prefix and count only the new messages,
+  so a conversation of n messages costs O(n) in total, not O(n^2).
+
+The memory is truthy even when empty (agents test ``memory or default``), and
+``to_dict``/``from_dict`` are JSON-safe so it survives a workflow ``Context`` round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.memory.types import BaseMemory
+from pydantic import Field, PrivateAttr
+
+import contextfold as cf
+
+from . import _serde
+from ._convert import from_llama_index, to_llama_index, tool_definitions
+from ._instrumentation import acompact_in_span, compact_in_span, forward_event
+
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "CompactingMemory"]
+
+DEFAULT_CONTEXT_WINDOW = 30_000
+"""The context window assumed when neither ``budget``, ``token_limit`` nor ``llm`` says."""
+
+
+class CompactingMemory(BaseMemory):
+    """Chat memory that keeps the full history in a store and returns a compacted view.
+
+    Build it with :meth:`from_defaults`. ``session_id`` names the conversation in the store
+    (and in events); ``system_prompt`` is the system prompt the agent prepends to what
+    ``get`` returns, counted against the budget but not stored.
+    """
+
+    session_id: str = Field(default_factory=lambda: "session-" + uuid.uuid4().hex)
+    """The conversation's key in the store."""
+    system_prompt: str | None = None
+    """The system prompt the agent adds in front of ``get()``; its tokens are reserved."""
+
+    _parts: _serde.Parts = PrivateAttr()
+    _compactor: cf.Compactor = PrivateAttr()
+    _history: list[cf.Message] | None = PrivateAttr(default=None)
+    _tools: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _fixed: tuple[int, _FixedTools | None] = PrivateAttr(default=(-1, None))
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The component name LlamaIndex serializers record."""
+        return "CompactingMemory"
+
+    @classmethod
+    def from_defaults(  # type: ignore[override]
+        cls,
+        policy: cf.Policy | None = None,
+        budget: cf.Budget | None = None,
+        *,
+        store: Any = None,
+        session_id: str | None = None,
+        summarizer: Any = None,
+        counter: cf.TokenCounter | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Any] | None = None,
+        chat_history: Sequence[ChatMessage] | None = None,
+        llm: Any = None,
+        token_limit: int | None = None,
+        **ignored: Any,
+    ) -> CompactingMemory:
+        """Build a memory.
+
+        Args:
+            policy: the compaction policy; default ``ThresholdPolicy()``.
+            budget: the token budget; default from ``token_limit``, else from ``llm``'s
+                metadata, else a ``DEFAULT_CONTEXT_WINDOW`` window.
+            store: where the full history lives: a store object, ``"memory"`` (default),
+                ``"sqlite"`` (a file under the data directory), ``"sqlite:///path"``, a
+                ``.db`` path, or a ``postgresql://`` URL.
+            session_id: the conversation's key in the store; default a new random id.
+            summarizer: makes summaries (``LLMSummarizer(llm)``); default extractive.
+            counter: counts tokens; default ``counter_for_model(budget.model)``.
+            system_prompt: the system prompt the agent prepends (its tokens are reserved).
+            tools: the tools the agent sends with each call (their definitions' tokens are
+                reserved).
+            chat_history: messages to start with (replaces the session's stored history).
+            llm, token_limit: accepted for ``memory_cls.from_defaults(...)`` call sites.
+            **ignored: other keyword arguments chat engines pass are accepted and ignored.
+        """
+        if budget is None:
+            budget = _default_budget(token_limit, llm)
+        memory = cls(
+            policy=policy, budget=budget, store=store, session_id=session_id,
+            summarizer=summarizer, counter=counter, system_prompt=system_prompt, tools=tools,
+        )
+        if chat_history:
+            memory.set(list(chat_history))
+        return memory
+
+    def __init__(
+        self,
+        *,
+        policy: cf.Policy | None = None,
+        budget: cf.Budget | None = None,
+        store: Any = None,
+        session_id: str | None = None,
+        summarizer: Any = None,
+        counter: cf.TokenCounter | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Any] | None = None,
+        parts: _serde.Parts | None = None,
+        **ignored: Any,
+    ) -> None:
+        fields: dict[str, Any] = {"system_prompt": system_prompt}
+        if session_id is not None:
+            fields["session_id"] = session_id
+        super().__init__(**fields)
+        if parts is None:
+            budget = budget if budget is not None else _default_budget(None, None)
+            if not isinstance(budget, cf.Budget):
+                raise cf.ConfigurationError(f"budget must be a contextfold.Budget, "
+                                            f"got {budget!r}")
+            opened, url = _serde.open_store(store)
+            parts = _serde.Parts(
+                policy=policy if policy is not None else cf.ThresholdPolicy(),
+                budget=budget, counter=counter or cf.counter_for_model(budget.model),
+                summarizer=summarizer, store=opened, store_url=url,
+            )
+        self._parts = parts
+        self._tools = tool_definitions(tools)
+        self._compactor = cf.Compactor(
+            parts.policy, parts.budget, _FixedAwareCounter(parts.counter), parts.summarizer,
+            parts.store, conversation_id=self.session_id, listeners=[forward_event],
+        )
+
+    # -- what users may read ----------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        """The history store (search it with ``search_tools_for(memory.store, ...)``)."""
+        return self._parts.store
+
+    @property
+    def policy(self) -> cf.Policy:
+        """The compaction policy."""
+        return self._parts.policy  # type: ignore[no-any-return]
+
+    @property
+    def budget(self) -> cf.Budget:
+        """The token budget."""
+        return self._parts.budget
+
+    @property
+    def compactor(self) -> cf.Compactor:
+        """The Compactor (add listeners, read ``state``, ``observe_usage``)."""
+        return self._compactor
+
+    @property
+    def tokenizer_fn(self) -> Any:
+        """A tokenizer for callers that count their own prefix (``SimpleChatEngine``):
+        returns a list as long as the token count of the text."""
+        counter = self._parts.counter
+        encoding = getattr(counter, "encoding", None)
+        if encoding is not None:
+            return lambda text: encoding.encode(text, disallowed_special=())
+        return lambda text: [0] * counter.count_text(text)
+
+    def __bool__(self) -> bool:
+        """Always true, even when empty: agents test ``memory or default_memory``."""
+        return True
+
+    # -- reading ---------------------------------------------------------------------
+
+    def get(
+        self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
+    ) -> list[ChatMessage]:
+        """The compacted, valid view of the history (the full history stays stored)."""
+        history = self._loaded()
+        if not _compactable(history):
+            return to_llama_index(history)
+        result = compact_in_span(self._compactor, history,
+                                 tools=self._fixed_tools(initial_token_count))
+        return to_llama_index(result.messages)
+
+    async def aget(
+        self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
+    ) -> list[ChatMessage]:
+        """The async form of :meth:`get` (summaries are awaited)."""
+        history = await self._aloaded()
+        if not _compactable(history):
+            return to_llama_index(history)
+        result = await acompact_in_span(self._compactor, history,
+                                        tools=self._fixed_tools(initial_token_count))
+        return to_llama_index(result.messages)
+
+    def get_all(self) -> list[ChatMessage]:
+        """The full stored history, uncompacted."""
+        return to_llama_index(self._loaded())
+
+    async def aget_all(self) -> list[ChatMessage]:
+        """The async form of :meth:`get_all`."""
+        return to_llama_index(await self._aloaded())
+
+    # -- writing ---------------------------------------------------------------------
+
+    def put(self, message: ChatMessage) -> None:
+        """Append one message to the stored history."""
+        self.put_messages([message])
+
+    async def aput(self, message: ChatMessage) -> None:
+        """The async form of :meth:`put`."""
+        await self.aput_messages([message])
+
+    def put_messages(self, messages: list[ChatMessage]) -> None:
+        """Append messages in one store transaction (the list is not modified)."""
+        converted = from_llama_index(messages)
+        history = self._loaded()
+        self.store.append(self.session_id, converted)
+        history.extend(converted)
+
+    async def aput_messages(self, messages: list[ChatMessage]) -> None:
+        """The async form of :meth:`put_messages`."""
+        converted = from_llama_index(messages)
+        history = await self._aloaded()
+        await self._io(self.store.append, self.session_id, converted)
+        history.extend(converted)
+
+    def set(self, messages: list[ChatMessage]) -> None:
+        """Replace the stored history of this session with ``messages``."""
+        converted = from_llama_index(messages)
+        self.store.clear(self.session_id)
+        self.store.append(self.session_id, converted)
+        self._history = list(converted)
+        self._compactor.reset()
+
+    async def aset(self, messages: list[ChatMessage]) -> None:
+        """The async form of :meth:`set`."""
+        converted = from_llama_index(messages)
+        await self._io(self.store.clear, self.session_id)
+        await self._io(self.store.append, self.session_id, converted)
+        self._history = list(converted)
+        self._compactor.reset()
+
+    def reset(self) -> None:
+        """Delete this session's history from the store."""
+        self.store.clear(self.session_id)
+        self._history = []
+        self._compactor.reset()
+
+    async def areset(self) -> None:
+        """The async form of :meth:`reset`."""
+        await self._io(self.store.clear, self.session_id)
+        self._history = []
+        self._compactor.reset()
+
+    # -- serialization ---------------------------------------------------------------
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """A JSON-safe description (see :mod:`._serde` for what survives a new process)."""
+        parts = self._parts
+        return {
+            "class_name": self.class_name(),
+            "session_id": self.session_id,
+            "system_prompt": self.system_prompt,
+            "tools": self._tools,
+            "budget": _serde.describe_budget(parts.budget),
+            "counter": _serde.describe_counter(parts.counter),
+            "policy": _serde.describe_policy(parts.policy),
+            "store": _serde.describe_store(parts.store, parts.store_url, self.session_id),
+            "live": parts.key,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> CompactingMemory:  # type: ignore[override]
+        """Rebuild a memory from :meth:`to_dict`; ``policy=``, ``summarizer=``, ``store=``,
+        ``counter=`` override what the dict describes."""
+        session_id = str(data["session_id"])
+        parts = _serde.find_live(data.get("live"))
+        if parts is None or kwargs:
+            parts = _revive_parts(data, session_id, parts, kwargs)
+        memory = cls(session_id=session_id, system_prompt=data.get("system_prompt"),
+                     parts=parts)
+        memory._tools = [dict(t) for t in data.get("tools") or ()]
+        return memory
+
+    # -- internals -------------------------------------------------------------------
+
+    def _loaded(self) -> list[cf.Message]:
+        if self._history is None:
+            self._history = self.store.load(self.session_id)
+        return self._history
+
+    async def _aloaded(self) -> list[cf.Message]:
+        if self._history is None:
+            loaded = await self._io(self.store.load, self.session_id)
+            if self._history is None:
+                self._history = loaded
+        return self._history
+
+    async def _io(self, fn: Any, *args: Any) -> Any:
+        """Run a store call: in a thread unless the store lives in memory."""
+        if isinstance(self.store, cf.MemoryStore):
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
+
+    def _fixed_tools(self, initial_token_count: int) -> _FixedTools | None:
+        """The tool definitions plus the caller's fixed tokens, one object per figure (the
+        Compactor recognises the same object and keeps its incremental path)."""
+        if not isinstance(initial_token_count, int) or initial_token_count < 0:
+            raise cf.ConfigurationError(
+                f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
+        extra = initial_token_count
+        if self.system_prompt:
+            counter = self._parts.counter
+            extra += counter.count_message(cf.Message("system", self.system_prompt))
+        if self._fixed[0] != extra:
+            fixed = _FixedTools(self._tools, extra) if (extra or self._tools) else None
+            self._fixed = (extra, fixed)
+        return self._fixed[1]
+
+
+def _default_budget(token_limit: int | None, llm: Any) -> cf.Budget:
+    if token_limit is not None:
+        return cf.Budget(context_window=int(token_limit))
+    metadata = getattr(llm, "metadata", None)
+    if metadata is not None:
+        window = int(metadata.context_window)
+        reserve = max(0, int(metadata.num_output))
+        reserve = reserve if reserve < window // 2 else 0
+        model = getattr(metadata, "model_name", None)
+        return cf.Budget(context_window=window, output_reserve=reserve,
+                         model=model if isinstance(model, str) and model != "unknown" else None)
+    return cf.Budget(context_window=DEFAULT_CONTEXT_WINDOW)
+
+
+def _compactable(history: Sequence[cf.Message]) -> bool:
+    """Whether a view can be built: a history without any user message is returned as is."""
+    return any(m.role == "user" for m in history)
+
+
+def _revive_parts(
+    data: Mapping[str, Any], session_id: str, live: _serde.Parts | None, kwargs: Mapping[str, Any]
+) -> _serde.Parts:
+    budget = kwargs.get("budget") or (live.budget if live else
+                                      _serde.revive_budget(data["budget"]))
+    if "store" in kwargs:
+        store, url = _serde.open_store(kwargs["store"])
+    elif live is not None:
+        store, url = live.store, live.store_url
+    else:
+        store, url = _serde.revive_store(data["store"], session_id)
+    return _serde.Parts(
+        policy=kwargs.get("policy") or (live.policy if live else
+                                        _serde.revive_policy(data["policy"])),
+        budget=budget,
+        counter=kwargs.get("counter") or (live.counter if live else
+                                          _serde.revive_counter(data.get("counter"), budget)),
+        summarizer=kwargs.get("summarizer") or (live.summarizer if live else None),
+        store=store, store_url=url,
+    )
+
+
+class _FixedTools(Sequence[Mapping[str, Any]]):
+    """Tool definitions carrying extra fixed tokens (system prompt, caller's prefix)."""
+
+    __slots__ = ("extra", "tools")
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]], extra: int) -> None:
+        self.tools, self.extra = list(tools), extra
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __bool__(self) -> bool:
+        return bool(self.tools) or self.extra > 0
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.tools[index]
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        return iter(self.tools)
+
+
+class _FixedAwareCounter:
+    """A counter that adds a ``_FixedTools``' extra tokens to the tools' count."""
+
+    def __init__(self, inner: cf.TokenCounter) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def count_text(self, text: str) -> int:
+        return self.inner.count_text(text)
+
+    def count_message(self, message: cf.Message) -> int:
+        return self.inner.count_message(message)
+
+    def count_messages(self, messages: Sequence[cf.Message]) -> int:
+        return self.inner.count_messages(messages)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        extra = tools.extra if isinstance(tools, _FixedTools) else 0
+        real = list(tools)
+        return (self.inner.count_tools(real) if real else 0) + extra

@@ -1,0 +1,88 @@
+"""Search tools over the history store as LlamaIndex ``FunctionTool``s.
+
+The framework-neutral specs from :func:`contextfold.search_tools` (name, description, JSON
+schema, callable) become ``FunctionTool``s whose argument schema is the spec's schema, so
+the model sees exactly what the core promises. Each tool reads one session only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from llama_index.core.tools import FunctionTool, ToolMetadata
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+import contextfold as cf
+
+__all__ = ["search_tools_for", "tool_from_spec"]
+
+_TYPES: Mapping[str, Any] = {
+    "string": str, "integer": int, "number": float, "boolean": bool, "array": list,
+    "object": dict,
+}
+
+
+def search_tools_for(
+    store: cf.BaseStore | Any,
+    session_id: str,
+    *,
+    swarm_id: str | None = None,
+    allow_conversations: Sequence[str] = (),
+) -> list[FunctionTool]:
+    """The search tools of one session (``search_messages``, ``search_reasoning``,
+    ``read_message``; ``search_broadcasts`` with a ``swarm_id``) as ``FunctionTool``s.
+
+    ``store`` may be a store or a ``CompactingMemory`` (its store and ``session_id`` are
+    used when ``session_id`` is the memory's). Other sessions stay unreadable unless
+    granted with ``allow_conversations``.
+
+    Example::
+
+        memory = CompactingMemory.from_defaults(policy=..., budget=..., store="sqlite")
+        agent = FunctionAgent(tools=[*my_tools, *search_tools_for(memory.store,
+                                                                  memory.session_id)], ...)
+    """
+    specs = cf.search_tools(store, session_id, swarm_id=swarm_id,
+                            allow_conversations=allow_conversations)
+    return [tool_from_spec(spec) for spec in specs]
+
+
+def tool_from_spec(spec: cf.SearchToolSpec) -> FunctionTool:
+    """One framework-neutral tool spec as a ``FunctionTool`` returning JSON text."""
+    model = _model_from_schema(spec.name, spec.parameters)
+
+    def run(**arguments: Any) -> str:
+        return json.dumps(spec(**arguments), ensure_ascii=False)
+
+    run.__name__ = spec.name
+    metadata = ToolMetadata(name=spec.name, description=spec.description, fn_schema=model)
+    return FunctionTool.from_defaults(fn=run, tool_metadata=metadata)
+
+
+def _model_from_schema(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
+    """A pydantic model whose JSON schema matches a flat ``object`` schema."""
+    required = set(schema.get("required", ()))
+    fields: dict[str, Any] = {}
+    for key, prop in dict(schema.get("properties", {})).items():
+        annotation: Any = _TYPES.get(prop.get("type", ""), Any)
+        if "enum" in prop:
+            annotation = Literal[tuple(prop["enum"])]
+        constraints = {k: prop[k] for k in ("minimum", "maximum") if k in prop}
+        info = Field(
+            default=... if key in required else prop.get("default"),
+            description=prop.get("description"),
+            ge=constraints.get("minimum"),
+            le=constraints.get("maximum"),
+        )
+        fields[key] = (annotation if key in required else annotation | None, info)
+    extra: Literal["forbid", "ignore"] = (
+        "forbid" if schema.get("additionalProperties") is False else "ignore"
+    )
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        "".join(part.title() for part in name.split("_")) + "Arguments",
+        __config__=ConfigDict(extra=extra),
+        **fields,
+    )
+    return model
