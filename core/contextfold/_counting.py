@@ -45,6 +45,7 @@ TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3
 TOKENS_PER_TOOL_CALL = 7  # wrapper tokens around each call's name and arguments
+_LABELS_KEPT = 4096  # distinct roles/names/tool names whose counts a counter remembers
 IMAGE_FLAT_TOKENS = 765
 """Tokens charged for an image whose size is unknown: a 1024x1024 image at high detail."""
 
@@ -121,10 +122,22 @@ class _BaseCounter:
     def count_text(self, text: str) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _count_label(self, text: str) -> int:
+        """``count_text`` of a short, often repeated string (role, name, tool name)."""
+        labels: dict[str, int] | None = self.__dict__.get("_labels")
+        if labels is None:
+            labels = self.__dict__["_labels"] = {}
+        n = labels.get(text)
+        if n is None:
+            n = self.count_text(text)
+            if len(labels) < _LABELS_KEPT:
+                labels[text] = n
+        return n
+
     def _count_uncached(self, message: Message) -> int:
-        n = TOKENS_PER_MESSAGE + self.count_text(message.role)
+        n = TOKENS_PER_MESSAGE + self._count_label(message.role)
         if message.name:
-            n += TOKENS_PER_NAME + self.count_text(message.name)
+            n += TOKENS_PER_NAME + self._count_label(message.name)
         if isinstance(message.content, str):
             n += self.count_text(message.content)
         else:
@@ -138,7 +151,8 @@ class _BaseCounter:
         if message.reasoning:
             n += self.count_text(message.reasoning)
         for call in message.tool_calls:
-            n += TOKENS_PER_TOOL_CALL + self.count_text(call.name) + self.count_text(call.arguments)
+            n += TOKENS_PER_TOOL_CALL + self._count_label(call.name)
+            n += self.count_text(call.arguments)
         if message.tool_call_id:
             n += self.count_text(message.tool_call_id)
         return n
@@ -251,8 +265,9 @@ class TiktokenCounter(_BaseCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        # disallowed_special=() counts "<|endoftext|>" in user text as text instead of raising.
-        return len(self.encoding.encode(text, disallowed_special=()))
+        # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
+        # (the same as ``encode(text, disallowed_special=())``, without its checks).
+        return len(self.encoding.encode_ordinary(text))
 
 
 class EstimatingCounter(_BaseCounter):
