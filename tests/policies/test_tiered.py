@@ -1,0 +1,311 @@
+"""TieredPolicy (seed 002): scoring, residuals, tiers, budget allocation, env configuration."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import contextfold as cf
+from contextfold._policies.budget_allocation import allocate_budget
+from contextfold._policies.importance import keyword_truncate
+from contextfold._policies.tiered import TIER_INSTRUCTIONS
+from contextfold.testing import assert_valid_within, histories
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def chatter(n: int, size: int = 400) -> list[cf.Message]:
+    """``n`` alternating user/assistant messages with no scoring factor at all."""
+    body = ("plain words here again " * (size // 23 + 1))[:size]
+    return [cf.Message(role="user" if k % 2 == 0 else "assistant", content=f"{body} {'x' * k}")
+            for k in range(n)]
+
+
+def context_for(
+    counter: cf.TokenCounter, window: int, *, force: bool = False
+) -> cf.CompactionContext:
+    return cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+                                force=force, now=NOW)
+
+
+def drive(
+    policy: cf.Policy, messages: Sequence[cf.Message], context: cf.CompactionContext,
+    answer: str | None = "short summary",
+) -> tuple[cf.PolicyOutcome, list[cf.SummaryRequest]]:
+    requests: list[cf.SummaryRequest] = []
+    run = policy.run(messages, context)
+    try:
+        request = next(run)
+        while True:
+            requests.append(request)
+            request = run.send(cf.SummaryReply(text=answer,
+                                               origin="summarizer" if answer else "failed"))
+    except StopIteration as stop:
+        return stop.value, requests
+
+
+# -- importance scoring --------------------------------------------------------------
+
+
+def test_seed_examples_score_as_documented() -> None:
+    decision = cf.Message(
+        role="assistant", content="We decided to implement authentication using OAuth 2.0.",
+        metadata={"importance": "high"}, created_at=NOW - timedelta(seconds=30),
+    )
+    score = cf.score_importance(decision, now=NOW)
+    # seed 002: 50 + 40 + 15 = 105 (its example says 110 with +20 for recency), capped at 100
+    assert score.score == 100 and score.is_residual
+    assert score.factors == ("decision_language", "explicit_high_importance", "very_recent")
+    hello = cf.Message(role="user", content="Hello, how are you?",
+                       created_at=NOW - timedelta(hours=2))
+    assert cf.score_importance(hello, now=NOW) == cf.ImportanceScore(0, (), False)
+
+
+@pytest.mark.parametrize(
+    ("message", "factor", "points"),
+    [
+        (cf.Message(role="tool", tool_call_id="c", content="ok", metadata={"is_error": True}),
+         "tool_error", 40),
+        (cf.Message(role="tool", tool_call_id="c", content="Error: the tool failed"),
+         "tool_error", 40),
+        (cf.Message(role="tool", tool_call_id="c", content="42 rows"), "tool_success", 30),
+        (cf.Message(role="user", content="hi", metadata={"importance": "medium"}),
+         "explicit_medium_importance", 20),
+        (cf.Message(role="user", content="Your objective: ship it"), "task_related", 20),
+        (cf.Message(role="user", content="hi", created_at=NOW - timedelta(minutes=20)),
+         "recent", 5),
+    ],
+)
+def test_each_factor_adds_its_weight(message: cf.Message, factor: str, points: int) -> None:
+    score = cf.score_importance(message, now=NOW)
+    assert score.factors == (factor,) and score.score == points
+
+
+def test_references_count_later_mentions_of_identifiers() -> None:
+    result = cf.Message(role="tool", tool_call_id="c", content="Reservation 8JX2Q1 is booked")
+    later = [cf.Message(role="assistant", tool_calls=(
+                 cf.ToolCall("d", "cancel", '{"reservation_id": "8JX2Q1"}'),)),
+             cf.Message(role="tool", tool_call_id="d", content="cancelled 8JX2Q1")]
+    once = cf.score_importance(result, [result, later[0]])
+    twice = cf.score_importance(result, [result, *later])
+    assert "referenced" not in once.factors
+    assert "referenced" in twice.factors and twice.score == 30 + 20
+
+
+def test_keyword_truncation_keeps_keyword_sentences_in_order() -> None:
+    text = ("The weather was fine. Order KT-9284 shipped today. We had lunch. "
+            "It is important to note the refund. Nothing else happened at all today.")
+    short = keyword_truncate(text, 70, ["KT-9284"])
+    assert short == "Order KT-9284 shipped today. It is important to note the refund."
+    assert len(short) <= 70
+    assert keyword_truncate("x" * 50, 10) == "x" * 7 + "..."
+    assert keyword_truncate(text, 1_000) == text
+
+
+# -- budget allocation ---------------------------------------------------------------
+
+
+def test_seed_budget_example_is_reproduced() -> None:
+    fixed = {"systemPrompt": 500, "agentIdentity": 200, "taskPrompt": 150, "actions": 100,
+             "systemLLM": 50, "currentMessage": 50}
+    allocation = allocate_budget(4_000, fixed=fixed, residual_tokens=400)
+    assert allocation.residuals == 400
+    assert allocation.tiers == (1715, 490, 171, 73)
+    assert allocation.remaining == 101
+    assert round(allocation.utilization_percent, 1) == 97.5
+
+
+def test_residuals_are_capped_and_unused_tier_budget_goes_to_tier0() -> None:
+    allocation = allocate_budget(10_000, fixed={"system": 0}, residual_tokens=5_000,
+                                 tier_needs=(100, 0, 50))
+    assert allocation.residuals == 2_000  # 20% of the total
+    remaining = 10_000 - 100 - 2_000
+    shares = [int(remaining * s) for s in (0.7, 0.2, 0.07, 0.03)]
+    surplus = (shares[1] - 100) + shares[2] + (shares[3] - 50)
+    assert allocation.tiers == (shares[0] + surplus, 100, 0, 50)
+    assert allocation.as_dict()["surplus_to_tier0"] == surplus
+
+
+# -- tiers ---------------------------------------------------------------------------
+
+
+def test_tiers_by_recency_each_with_its_own_instructions(counter: cf.TokenCounter) -> None:
+    history = chatter(60)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    assert [(r.purpose, len(r.messages)) for r in requests] == [
+        ("tier1", 15), ("tier2", 25), ("tier3", 10)]
+    assert [r.instructions for r in requests] == list(TIER_INSTRUCTIONS)
+    assert requests[2].messages == tuple(history[:10])
+    assert requests[0].messages == tuple(history[35:50])
+    kinds = [m.metadata.get("tier") for m in outcome.messages]
+    assert kinds[:3] == [3, 2, 1]
+    assert outcome.messages[3:] == history[-10:]
+    assert all(m.source == "summary" and m.role == "user" for m in outcome.messages[:3])
+    assert outcome.details["tiers"] == {"tier0": 10, "tier1": 15, "tier2": 25, "tier3": 10}
+
+
+def test_residuals_stay_in_place_and_keep_their_call(counter: cf.TokenCounter) -> None:
+    history = chatter(30)
+    decision = cf.Message(role="assistant", content="We decided to refund order KT-1.",
+                          metadata={"importance": "high"})
+    call = cf.Message(role="assistant", tool_calls=(cf.ToolCall("c1", "lookup"),))
+    result = cf.Message(role="tool", tool_call_id="c1", content="Error: tool crashed",
+                        metadata={"is_error": True, "importance": "high"})
+    history[4:4] = [decision, call, result]
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    out = list(outcome.messages)
+    assert decision in out and call in out and result in out
+    assert out.index(call) + 1 == out.index(result)
+    assert out.index(decision) < out.index(call)
+    residual = {r["index"] for r in outcome.details["residuals"]}
+    assert residual == {4, 6}
+    assert cf.validate(out) == []
+
+
+def test_residual_cap_demotes_the_lowest_scores(counter: cf.TokenCounter) -> None:
+    history = chatter(20)
+    high = cf.Message(role="user", content="We decided: task one.", metadata={"importance": "high"})
+    low = [cf.Message(role="user", content=f"We agreed on item {k}.",
+                      metadata={"importance": "medium"}) for k in range(6)]
+    history[2:2] = [*low[:3], high, *low[3:]]
+    window = int(counter.count_messages(history) / 0.8)
+    policy = cf.TieredPolicy(residual_max_percent=0.1)  # ceil(27 * 0.1) = 3 messages
+    outcome, _ = drive(policy, history, context_for(counter, window))
+    kept = [r["index"] for r in outcome.details["residuals"]]
+    assert len(kept) == 3 and history.index(high) in kept
+    scores = {r["score"] for r in outcome.details["residuals"]}
+    assert max(scores) == 100 and outcome.details["residual_count"] == 3
+
+
+def test_failed_summary_falls_back_to_keyword_truncation(counter: cf.TokenCounter) -> None:
+    history = chatter(60, size=1_500)
+    history[3] = cf.Message(role="assistant", content="Shipment KT-4242 must go out on Monday.")
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
+                              answer=None)
+    assert len(requests) == 3
+    tier3 = next(m for m in outcome.messages if m.metadata.get("tier") == 3)
+    assert "KT-4242" in tier3.text  # an identifier of the tier is a keyword
+    assert cf.validate(outcome.messages) == []
+    assert counter.count_messages(outcome.messages) <= window
+
+
+def test_metrics_and_budget_report(counter: cf.TokenCounter) -> None:
+    history = chatter(60)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    d = outcome.details
+    assert d["original_tokens"] == counter.count_messages(history)
+    assert d["compressed_tokens"] == counter.count_messages(outcome.messages)
+    assert d["ratio"] == round(d["compressed_tokens"] / d["original_tokens"], 4) < 1
+    budget = d["budget"]
+    assert budget["total"] == cf.Budget(context_window=window).target_tokens
+    assert budget["safety_margin"] == 100 and budget["allocated"]["current_message"] == 50
+    assert 0 < budget["utilization_percent"] <= 100
+    assert budget["used_tokens"] <= budget["total"]
+
+
+def test_below_the_trigger_the_input_object_comes_back(counter: cf.TokenCounter) -> None:
+    history = chatter(60)
+    outcome, requests = drive(cf.TieredPolicy(), history,
+                              context_for(counter, counter.count_messages(history) * 2))
+    assert outcome.messages is history and requests == []
+
+
+# -- configuration -------------------------------------------------------------------
+
+
+def test_from_env_reads_seed_variables() -> None:
+    policy = cf.TieredPolicy.from_env({
+        "PROMPT_COMPACTION_RESIDUALS_ENABLED": "false",
+        "PROMPT_COMPACTION_RESIDUAL_THRESHOLD": "70",
+        "PROMPT_COMPACTION_RESIDUAL_MAX_PERCENT": "0.1",
+        "PROMPT_COMPACTION_BUDGET_ENABLED": "true",
+        "PROMPT_COMPACTION_TIER0_SIZE": "4",
+    })
+    assert (policy.residuals_enabled, policy.residual_threshold) == (False, 70)
+    assert (policy.residual_max_percent, policy.tier0_size) == (0.1, 4)
+    assert cf.TieredPolicy.from_env({}) == cf.TieredPolicy()
+
+
+def test_tiering_disabled_by_env_gives_one_summary(counter: cf.TokenCounter) -> None:
+    policy = cf.TieredPolicy.from_env({"PROMPT_COMPACTION_TIERED_ENABLED": "false"})
+    history = chatter(60)
+    window = int(counter.count_messages(history) / 0.8)
+    _, requests = drive(policy, history, context_for(counter, window))
+    assert [(r.purpose, len(r.messages)) for r in requests] == [("tier1", 50)]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PROMPT_COMPACTION_RESIDUAL_THRESHOLD": "high"}, "PROMPT_COMPACTION_RESIDUAL_THRESHOLD"),
+        ({"PROMPT_COMPACTION_RESIDUALS_ENABLED": "maybe"}, "expected true or false"),
+        ({"PROMPT_COMPACTION_RESIDUAL_MAX_PERCENT": "2"}, "residual_max_percent must be in"),
+    ],
+)
+def test_bad_env_values_are_configuration_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(cf.ConfigurationError, match=message):
+        cf.TieredPolicy.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tier0_size": 30}, "tier0_size <= tier1_size <= tier2_size"),
+        ({"preservation": (0.7, 0.4, 0.0)}, "preservation must be 3 values"),
+        ({"tier_shares": (0.7, 0.3, 0.2, 0.1)}, "tier_shares must sum to at most 1"),
+        ({"residual_threshold": -5}, "residual_threshold must be an int >= 0"),
+    ],
+)
+def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(cf.ConfigurationError, match=message):
+        cf.TieredPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+# -- properties ----------------------------------------------------------------------
+
+
+@settings(max_examples=150)
+@given(history=histories(max_turns=12), share=st.floats(0.5, 2.5), force=st.booleans())
+def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float, force: bool
+) -> None:
+    size = counter.count_messages(history)
+    budget = cf.Budget(context_window=max(50, int(size * share)))
+    summarizer = cf.ScriptedSummarizer(default=lambda r: "summary " * (r.max_tokens or 10))
+    try:
+        result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
+                            summarizer=summarizer, force=force, now=NOW)
+    except cf.BudgetExceededError:
+        # Necessary condition: the system prompt and the newest group do not fit.
+        lead = [m for m in history if m.role == "system"]
+        newest = cf.split_groups(history)[-1].messages
+        header = cf.Message(role="user", source="summary", content="[Compacted history — tier "
+                            "3: 1000000 earlier messages summarized]")
+        floor = counter.count_messages([*lead, *newest]) + 3 * counter.count_message(header)
+        assert floor > budget.input_budget
+        event("budget exceeded")
+        return
+    event(f"method {result.report.method}")
+    assert_valid_within(result.messages, budget, counter)
+    out_ids = [id(m) for m in result.messages]
+    residuals = result.report.details.get("residuals", [])
+    for r in residuals:
+        assert id(history[r["index"]]) in out_ids, "a residual was changed or dropped"
+    if result.report.method == "tiered":
+        cap = math.ceil(sum(m.role != "system" for m in history) * 0.2)
+        assert result.report.details["residual_count"] <= cap
+        # Original order is kept: messages carried over appear in input order.
+        carried = [m for m in result.messages if m.source != "summary" or m in history]
+        positions = [next(i for i, h in enumerate(history) if h is m) for m in carried]
+        assert positions == sorted(positions)
+    assert {r.purpose for r in summarizer.requests} <= {"tier1", "tier2", "tier3"}
+    assert len(summarizer.requests) <= 3
