@@ -14,6 +14,8 @@ sees is compacted, and it is always a valid sequence within the budget::
 
 from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
 from ._events import COMPACTION_EVENT, IDLE_EVENT
+from ._hooks import CompactionHook, pre_model_hook
+from ._middleware import CompactionMiddleware
 from ._overflow import is_context_overflow, overflow_figures
 from ._runnable import CompactingChatModel, with_compaction
 from ._summarizer import ChatModelSummarizer
@@ -25,9 +27,12 @@ __all__ = [
     "SOURCE_KEY",
     "ChatModelSummarizer",
     "CompactingChatModel",
+    "CompactionHook",
+    "CompactionMiddleware",
     "from_core",
     "is_context_overflow",
     "overflow_figures",
+    "pre_model_hook",
     "to_core",
     "with_compaction",
 ]

@@ -48,6 +48,7 @@ class ToolCallingFakeModel(BaseChatModel):
     tool_name: str = "fetch_page"
     usage_scale: float = 1.0
     context_window: int | None = None
+    check_sequence: bool = True
     requests: list[Request] = Field(default_factory=list)
     overflows: int = 0
     calls: int = 0
@@ -84,7 +85,7 @@ class ToolCallingFakeModel(BaseChatModel):
 
     def _check_previous(self, messages: list[BaseMessage]) -> None:
         """The results of this model's previous calls must end the request."""
-        if self.calls <= 1:
+        if self.calls <= 1 or not self.check_sequence:
             return
         previous = f"call_{self.calls - 2}_"
         tail = [m for m in messages[-3:] if isinstance(m, ToolMessage)]
