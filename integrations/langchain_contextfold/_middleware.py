@@ -96,7 +96,7 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return conv, messages, self.engine.tool_dicts(request.tools)
 
     def _compacted(self, request: ModelRequest, view: View) -> ModelRequest:
-        out = view.messages
+        out: list[Any] = view.messages  # AnyMessage: every class from_core builds
         system = request.system_message
         if system is not None and out and out[0] is system:
             return request.override(messages=list(out[1:]))
