@@ -1,0 +1,62 @@
+"""The public API is pinned: one flat, sorted ``__all__`` at the package root (httpx style)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import contextfold as cf
+
+# The names DESIGN.md promises to outside users; they must stay importable from the root.
+CONTRACT = [
+    "from_openai", "to_openai", "from_anthropic", "to_anthropic", "validate", "repair",
+    "Budget", "counter_for_model", "Message", "ToolCall", "ConversionError",
+    "BudgetExceededError", "ThresholdPolicy", "LoopSlicePolicy", "TurnAwarePolicy",
+    "TruncationPolicy", "SummaryPolicy", "TieredPolicy", "Pipeline", "compact", "acompact",
+    "Compactor", "ExtractiveSummarizer", "SQLiteStore",
+]
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    """Ruff's RUF022 order: CONSTANTS, then Classes, then functions, each alphabetical."""
+    group = 0 if name.isupper() else 1 if name[:1].isupper() else 2
+    return group, name
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert cf.__all__ == sorted(cf.__all__, key=_isort_key)
+    assert len(set(cf.__all__)) == len(cf.__all__)
+
+
+def test_every_exported_name_resolves() -> None:
+    missing = [name for name in cf.__all__ if not hasattr(cf, name)]
+    assert missing == []
+
+
+def test_every_public_class_and_function_is_exported() -> None:
+    """Nothing public is reachable from the root without being listed in ``__all__``."""
+    unlisted = [
+        name
+        for name, value in vars(cf).items()
+        if not name.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and (getattr(value, "__module__", "") or "").startswith("contextfold")
+        and name not in cf.__all__
+    ]
+    assert unlisted == []
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_design_contract_name_is_public(name: str) -> None:
+    assert name in cf.__all__, f"{name} is part of the public contract (DESIGN.md)"
+    assert getattr(cf, name) is not None
+
+
+def test_exported_functions_and_classes_are_documented() -> None:
+    undocumented = [
+        name for name in cf.__all__
+        if (inspect.isclass(getattr(cf, name)) or inspect.isfunction(getattr(cf, name)))
+        and not inspect.getdoc(getattr(cf, name))
+    ]
+    assert undocumented == []
