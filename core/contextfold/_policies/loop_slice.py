@@ -120,6 +120,9 @@ class LoopSlicePolicy(SimplePolicy):
     """
 
     name = "loop_slice"
+    always_run = True
+    """Rebuilt from the full history on every call (the ``Compactor`` never appends to a
+    previous output), so the prompt choice and the counter see every call."""
 
     def __init__(
         self,
@@ -165,10 +168,10 @@ class LoopSlicePolicy(SimplePolicy):
         loop_messages = list(loop.messages) if loop else []
         out = [*system, choice.message, *loop_messages]
         details = _details(choice, loop, context)
-        if same(out, messages):
-            return PolicyOutcome(messages=messages, method="none", details=details)
         head_len = len(system) + 1
         fitted, notes = fit_loop(out, head_len, context, self.shape)
+        if same(fitted, messages):
+            return PolicyOutcome(messages=messages, method="none", details=details)
         origins = list(range(loop.start, loop.end)) if loop else []
         changed = targets(out[head_len:], fitted[head_len:], origins, context)
         details["loop_messages"] = len(fitted) - head_len

@@ -130,6 +130,9 @@ class TurnAwarePolicy(SimplePolicy):
     """
 
     name = "turn_aware"
+    always_run = True
+    """Rebuilt from the full history on every call (the ``Compactor`` never appends to a
+    previous output), so the prompt choice and the counter see every call."""
 
     def __init__(
         self,
@@ -179,12 +182,9 @@ class TurnAwarePolicy(SimplePolicy):
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Compose and fit (updates ``context.state``)."""
         plan, choice = self._compose(messages, context)
-        out, _ = plan.build(messages)
         details: dict[str, Any] = {"prompt_kind": choice.kind, "prompt_origin": choice.origin,
                    "encouragement_count": context.state.encouragement_count,
                    "idle": context.state.idle, "history_turns": len(plan.history)}
-        if same(out, messages):
-            return PolicyOutcome(messages=messages, method="none", details=details)
         fitted, fitted_origins, steps = self._fit(plan, messages, context)
         before = originals(messages, fitted, fitted_origins)
         changed = targets(before, fitted, fitted_origins, context)
