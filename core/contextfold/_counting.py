@@ -175,10 +175,22 @@ class _BaseCounter:
         seq = messages if isinstance(messages, (list, tuple)) else list(messages)
         if not seq:
             return REPLY_PRIMING
-        memo: _PrefixMemo | None = self.__dict__.get("_memo")
+        return REPLY_PRIMING + self._memo().total(seq, self.count_message)
+
+    def running_totals(self, messages: Sequence[Message]) -> list[int]:
+        """``len(messages) + 1`` running sums: element ``i`` is the tokens of ``messages[:i]``
+        without the reply priming. Shares the prefix memo with :meth:`count_messages`, so
+        right after counting a history this costs a copy of its sums."""
+        seq = messages if isinstance(messages, (list, tuple)) else list(messages)
+        if not seq:
+            return [0]
+        return self._memo().totals(seq, self.count_message)[: len(seq) + 1]
+
+    def _memo(self) -> _PrefixMemo:
+        memo: _PrefixMemo | None = self.__dict__.get("_prefix_memo")
         if memo is None:
-            memo = self.__dict__["_memo"] = _PrefixMemo()
-        return REPLY_PRIMING + memo.total(seq, self.count_message)
+            memo = self.__dict__["_prefix_memo"] = _PrefixMemo()
+        return memo
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         if not tools:
@@ -207,6 +219,13 @@ class _PrefixMemo:
 
     def total(self, seq: Sequence[Message], count: Callable[[Message], int]) -> int:
         """The summed counts of ``seq`` (non-empty), reusing and updating the memo."""
+        return self.totals(seq, count)[len(seq)]
+
+    def totals(self, seq: Sequence[Message], count: Callable[[Message], int]) -> list[int]:
+        """Running sums whose element ``i`` is the count of ``seq[:i]`` (``seq`` non-empty).
+
+        The list is the memo's own and may run past ``len(seq) + 1``: read, never modify.
+        """
         with self._lock:
             candidates = [e for e in self._entries if e[0][0] is seq[0]]
         best: _Entry = ((), [0])
@@ -220,13 +239,13 @@ class _PrefixMemo:
         prev, cum = best
         if k == len(seq):
             self._remember(best, best)
-            return cum[k]  # the same sequence, or a prefix of a longer one we keep
+            return cum  # the same sequence, or a prefix of a longer one we keep
         new_cum = cum[: k + 1]
         new_cum.extend(accumulate(map(count, seq[k:]), initial=cum[k]))
         del new_cum[k + 1]  # accumulate yields its initial value first
         # A sequence that extends the old one replaces it; one that diverges is kept beside.
         self._remember((tuple(seq), new_cum), best if k == len(prev) else None)
-        return new_cum[-1]
+        return new_cum
 
     def _remember(self, entry: _Entry, replaces: _Entry | None) -> None:
         with self._lock:

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate, pairwise
 from typing import Literal
 
+from .._counting import TokenCounter
 from .._errors import BudgetExceededError, ConfigurationError
 from .._messages import Message
 from .._policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from .._shrink import HeadTail
-from .._structure import Group, leading_system_count, split_groups
+from .._structure import leading_system_count
 from ._fit import shrink_message
 
 __all__ = ["TruncationPolicy"]
@@ -46,6 +48,26 @@ Strategy = Literal["oldest_first", "middle_out"]
 _STRATEGIES = ("oldest_first", "middle_out")
 _ROUNDS = 4  # water-filling rounds when cutting the last group's tool results
 _RETRIES = 3  # re-plans when a counter's totals are not the sum of its message counts
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The groups of a history as index ranges, with their token counts."""
+
+    n_sys: int
+    """Leading system/developer messages."""
+    bounds: list[int]
+    """Start of each group after the system messages, then ``len(messages)``."""
+    totals: Sequence[int]
+    """Running message counts: ``totals[i]`` is the tokens of ``messages[:i]``."""
+    sizes: list[int]
+    """Tokens of each group."""
+    need: list[int]
+    """For each group, the user-headed group that must come before it when it is the
+    first one kept (its turn's prompt); -1 for a user message or when there is none."""
+
+    def group(self, messages: Sequence[Message], g: int) -> Sequence[Message]:
+        return messages[self.bounds[g] : self.bounds[g + 1]]
 
 
 @dataclass(frozen=True)
@@ -98,15 +120,13 @@ class TruncationPolicy(SimplePolicy):
         if context.input_tokens(messages) <= context.budget.input_budget and not context.force:
             return PolicyOutcome(messages=messages)
         limit = self._limit(context, context.measure(messages))
-        n_sys = leading_system_count(messages)
-        groups = split_groups(messages, n_sys)
-        sizes = [sum(map(counter.count_message, g.messages)) for g in groups]
+        layout = _layout(messages, counter)
         # The empty request's priming and the system messages.
-        base = counter.count_messages(messages[:n_sys])
+        base = counter.count_messages(messages[: layout.n_sys])
         allowance = limit - base
         for _ in range(_RETRIES):
-            plan = self._plan(groups, sizes, allowance, context.fixed_tokens + base, context)
-            out = _assemble(messages[:n_sys], groups, plan)
+            plan = self._plan(messages, layout, allowance, context.fixed_tokens + base, context)
+            out = _assemble(messages, layout, plan)
             over = counter.count_messages(out) - limit
             if over <= 0:
                 break
@@ -117,9 +137,9 @@ class TruncationPolicy(SimplePolicy):
                 needed=counter.count_messages(out) + context.fixed_tokens,
                 available=limit + context.fixed_tokens,
             )
-        if plan.tail is None and len(plan.kept(len(groups))) == len(groups):
+        if plan.tail is None and len(plan.kept(len(layout.sizes))) == len(layout.sizes):
             return PolicyOutcome(messages=messages)
-        return self._outcome(messages, out, groups, plan, context, limit)
+        return self._outcome(messages, out, layout, plan, context, limit)
 
     # -- planning -------------------------------------------------------------------
 
@@ -136,47 +156,47 @@ class TruncationPolicy(SimplePolicy):
 
     def _plan(
         self,
-        groups: Sequence[Group],
-        sizes: Sequence[int],
+        messages: Sequence[Message],
+        layout: _Layout,
         allowance: int,
         outside: int,
         context: CompactionContext,
     ) -> _Plan:
         """The plan that keeps the most groups within ``allowance``; ``outside`` is what
         the request costs besides the groups (fixed tokens, system messages, priming)."""
-        need = _prompt_needed(groups)
-        if not groups:
+        sizes, need = layout.sizes, layout.need
+        if not sizes:
             plan = None
-        elif self.strategy == "middle_out" and len(groups) > 1 and _is_user(groups[0]):
+        elif self.strategy == "middle_out" and len(sizes) > 1 and need[0] == -1:
             plan = _newest_that_fit(sizes, need, 1, allowance - sizes[0])
             plan = replace(plan, head=0) if plan else _newest_that_fit(sizes, need, 0, allowance)
         else:
             plan = _newest_that_fit(sizes, need, 0, allowance)
-        return plan or self._shrunk_tail(groups, sizes, need, allowance, outside, context)
+        return plan or self._shrunk_tail(messages, layout, allowance, outside, context)
 
     def _shrunk_tail(
         self,
-        groups: Sequence[Group],
-        sizes: Sequence[int],
-        need: Sequence[int],
+        messages: Sequence[Message],
+        layout: _Layout,
         allowance: int,
         outside: int,
         context: CompactionContext,
     ) -> _Plan:
         """The most recent group (and its prompt) with its largest tool results cut."""
         available = outside + allowance
-        if not groups:
+        last = len(layout.sizes) - 1
+        if last < 0:
             raise BudgetExceededError("the system messages", needed=outside, available=available)
-        last = len(groups) - 1
-        prompt = need[last] if need[last] >= 0 else None
-        prompt_size = sizes[prompt] if prompt is not None else 0
-        tail, size = _shrink_to(groups[last].messages, allowance - prompt_size, self.shape, context)
+        prompt = layout.need[last] if layout.need[last] >= 0 else None
+        prompt_size = layout.sizes[prompt] if prompt is not None else 0
+        group = layout.group(messages, last)
+        tail, size = _shrink_to(group, allowance - prompt_size, self.shape, context)
         if size + prompt_size > allowance:
             what = "the system messages and the most recent group"
             if prompt is not None:
                 what += " with its turn's prompt"
             raise BudgetExceededError(
-                f"{what} ({len(groups[last])} messages, tool results already cut head+tail)",
+                f"{what} ({len(group)} messages, tool results already cut head+tail)",
                 needed=outside + prompt_size + size,
                 available=available,
             )
@@ -188,33 +208,25 @@ class TruncationPolicy(SimplePolicy):
         self,
         messages: Sequence[Message],
         out: list[Message],
-        groups: Sequence[Group],
+        layout: _Layout,
         plan: _Plan,
         context: CompactionContext,
         limit: int,
     ) -> PolicyOutcome:
         """The outcome with a target per dropped or cut message, in input order."""
-        count = context.counter.count_message
-        kept = plan.kept(len(groups))
-        found: list[Target] = []
-        for gi, group in enumerate(groups):
-            if gi in kept:
-                continue
-            for offset, m in enumerate(group.messages):
-                found.append(_target(group.start + offset, m, "dropped", count(m), 0))
+        found = _dropped(messages, layout, plan)
+        dropped = len(found)
         if plan.tail is not None:
-            last = groups[-1]
-            for offset, (old, new) in enumerate(zip(last.messages, plan.tail, strict=True)):
+            start, count = layout.bounds[-2], context.counter.count_message
+            for i, new in enumerate(plan.tail, start):
+                old = messages[i]
                 if new is not old:
-                    found.append(
-                        _target(last.start + offset, old, "truncated", count(old), count(new))
-                    )
-        found.sort(key=lambda t: t.index)
-        dropped = sum(1 for t in found if t.method == "dropped")
+                    found.append(_target(i, old, "truncated", count(old), count(new)))
+        kept = plan.kept(len(layout.sizes))
         details = {
             "strategy": self.strategy,
             "limit": limit,
-            "groups_before": len(groups),
+            "groups_before": len(layout.sizes),
             "groups_kept": len(kept),
             "messages_dropped": dropped,
             "messages_truncated": len(found) - dropped,
@@ -222,29 +234,45 @@ class TruncationPolicy(SimplePolicy):
             "kept_turn_prompt": plan.prompt is not None,
         }
         notes: tuple[str, ...] = ()
-        if self.strategy == "middle_out" and plan.head is None and 0 not in kept:
+        if self.strategy == "middle_out" and 0 not in kept:
             notes = ("middle_out: the task prompt did not fit beside the newest groups",)
         return PolicyOutcome(
             messages=out, method="truncation", targets=tuple(found), notes=notes, details=details
         )
 
 
-def _is_user(group: Group) -> bool:
-    return group.head.role == "user"
-
-
-def _prompt_needed(groups: Sequence[Group]) -> list[int]:
-    """For each group, the user-headed group that must precede it when it is the first one
-    kept: -1 for a user message itself (or when no user message comes before)."""
+def _layout(messages: Sequence[Message], counter: TokenCounter) -> _Layout:
+    """Group ranges (as ``split_groups`` draws them) and their sizes, in one pass."""
+    totals = _running_totals(counter, messages)
+    n_sys = leading_system_count(messages)
+    bounds: list[int] = []
+    i, n = n_sys, len(messages)
+    while i < n:
+        bounds.append(i)
+        i += 1
+        if messages[i - 1].tool_calls:
+            while i < n and messages[i].role == "tool":
+                i += 1
+    bounds.append(n)
+    sizes = [totals[b] - totals[a] for a, b in pairwise(bounds)]
     need: list[int] = []
-    last = -1
-    for gi, g in enumerate(groups):
-        if _is_user(g):
+    last_user = -1
+    for g, start in enumerate(bounds[:-1]):
+        if messages[start].role == "user":
             need.append(-1)
-            last = gi
+            last_user = g
         else:
-            need.append(last)
-    return need
+            need.append(last_user)
+    return _Layout(n_sys, bounds, totals, sizes, need)
+
+
+def _running_totals(counter: TokenCounter, messages: Sequence[Message]) -> Sequence[int]:
+    """``totals[i]`` = tokens of ``messages[:i]``; from the counter's memo when it has one."""
+    running = getattr(counter, "running_totals", None)
+    if running is not None:
+        totals: Sequence[int] = running(messages)
+        return totals
+    return list(accumulate(map(counter.count_message, messages), initial=0))
 
 
 def _newest_that_fit(
@@ -269,17 +297,39 @@ def _newest_that_fit(
     return best
 
 
-def _assemble(system: Sequence[Message], groups: Sequence[Group], plan: _Plan) -> list[Message]:
-    out = list(system)
-    if plan.head is not None:
-        out.extend(groups[plan.head].messages)
-    if plan.prompt is not None:
-        out.extend(groups[plan.prompt].messages)
-    for group in groups[plan.start : len(groups) - 1]:
-        out.extend(group.messages)
-    if groups:
-        out.extend(plan.tail if plan.tail is not None else groups[-1].messages)
+def _assemble(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[Message]:
+    """The kept messages in input order, the shrunk last group in place of the original."""
+    bounds = layout.bounds
+    out = list(messages[: layout.n_sys])
+    for g in (plan.head, plan.prompt):
+        if g is not None:
+            out.extend(layout.group(messages, g))
+    if plan.tail is None:
+        out.extend(messages[bounds[plan.start] :])
+    else:
+        out.extend(messages[bounds[plan.start] : bounds[-2]])
+        out.extend(plan.tail)
     return out
+
+
+def _dropped(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[Target]:
+    """A ``"dropped"`` target for every message of the groups before ``plan.start`` that
+    are neither the head nor the prompt, in input order."""
+    bounds, totals = layout.bounds, layout.totals
+    ranges: list[tuple[int, int]] = []
+    cursor = bounds[0] if bounds else 0
+    for g in sorted(g for g in (plan.head, plan.prompt) if g is not None):
+        ranges.append((cursor, bounds[g]))
+        cursor = bounds[g + 1]
+    ranges.append((cursor, bounds[plan.start] if bounds else 0))
+    found: list[Target] = []
+    append = found.append
+    for a, b in ranges:
+        for i in range(a, b):
+            m = messages[i]
+            tool = m.name if m.role == "tool" else None
+            append(Target(i, m.role, "dropped", totals[i + 1] - totals[i], 0, tool))
+    return found
 
 
 def _shrink_to(
