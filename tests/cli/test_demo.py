@@ -1,0 +1,32 @@
+"""``contextfold demo`` runs offline and keeps its promises."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from contextfold._demo import DEMO_BUDGET, run_demo
+from contextfold.cli import main
+
+
+def test_demo_reads_every_email_within_budget(tmp_path: Path) -> None:
+    out = io.StringIO()
+    status = run_demo(data_dir=tmp_path, emails=43, out=out)
+    text = out.getvalue()
+    assert status == 0, text
+    assert "e-mails read 43/43 (re-reads: 0)" in text
+    assert "reference numbers in the briefing 43/43" in text
+    run = json.loads((tmp_path / "report.json").read_text())
+    steps = run["steps"]
+    assert all(s["sent_tokens"] <= DEMO_BUDGET.input_budget for s in steps)
+    assert steps[-1]["history_tokens"] > DEMO_BUDGET.input_budget  # compaction was needed
+    assert sum(s["compacted"] for s in steps) >= 2
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+    assert (tmp_path / "history.db").stat().st_size > 0
+
+
+def test_demo_through_the_command_line(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert main(["demo", "--data-dir", str(tmp_path), "--emails", "20"], out=out) == 0
+    assert "e-mails read 20/20" in out.getvalue()
