@@ -7,7 +7,8 @@ are kept or dropped, so a call is never separated from its result.
 * ``oldest_first`` keeps the newest groups that fit and drops everything older.
 * ``middle_out`` also keeps the first group (the task prompt) and drops from the middle.
 
-What is always true of the output:
+What is always true of the output (for a valid input; ``compact()`` repairs the in-flight
+view of an invalid one first):
 
 * the leading system messages are kept, unchanged;
 * the most recent group is kept. When it cannot fit even alone, its largest tool results
@@ -18,13 +19,16 @@ What is always true of the output:
   provider rejects an assistant message before any user message, and the tool loops
   answer that turn's request, so the turn's prompt (the nearest user message before the
   kept groups) is kept too and its tokens are reserved up front;
-* the kept groups are contiguous: a newer group is never dropped to keep an older one.
+* apart from middle_out's task prompt and the turn's prompt, the kept groups are
+  contiguous: a newer group is never dropped to keep an older one;
+* pinned messages are never cut (a pinned message can still be dropped with its group).
 
 ``BudgetExceededError`` is raised only when the system messages plus the most recent
 group (with its prompt, and its tool results cut down to their labels) do not fit.
 
-Cost: one pass over the groups with cached per-message counts, plus one count of the
-output; nothing is recounted in a loop.
+Cost: one pass over the messages to find the groups, whose sizes come from the counter's
+running totals (counts cached per message, sums memoized per sequence), one backward pass
+over the groups, and one count of the output. Nothing is recounted in a loop.
 """
 
 from __future__ import annotations
