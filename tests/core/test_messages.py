@@ -1,0 +1,80 @@
+"""The message model: frozen, compared by content, fingerprinted, metadata read-only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+
+import contextfold as cf
+from contextfold.testing import histories
+
+
+def test_messages_are_frozen() -> None:
+    m = cf.Message(role="user", content="hi")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.content = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cf.ToolCall("c", "f").name = "g"  # type: ignore[misc]
+
+
+def test_metadata_is_read_only_and_detached_from_the_callers_dict() -> None:
+    given_meta = {"importance": 0.5}
+    m = cf.Message(role="user", content="hi", metadata=given_meta)
+    given_meta["importance"] = 0.9
+    assert m.metadata["importance"] == 0.5
+    with pytest.raises(TypeError):
+        m.metadata["pinned"] = True  # type: ignore[index]
+    part = cf.OpaquePart(kind="audio", data={"a": 1})
+    with pytest.raises(TypeError):
+        part.data["a"] = 2  # type: ignore[index]
+
+
+def test_equality_ignores_the_id_and_replace_keeps_it() -> None:
+    a = cf.Message(role="user", content="hi")
+    b = cf.Message(role="user", content="hi")
+    assert a == b and a.id != b.id and hash(a) == hash(b)
+    assert a != cf.Message(role="user", content="hi!")
+    changed = dataclasses.replace(a, content="hello")
+    assert changed.id == a.id and changed != a
+
+
+def test_lists_become_tuples() -> None:
+    m = cf.Message(role="assistant", content=[cf.TextPart("a")],  # type: ignore[arg-type]
+                   tool_calls=[cf.ToolCall("c", "f")])  # type: ignore[arg-type]
+    assert m.content == (cf.TextPart("a"),) and m.tool_calls == (cf.ToolCall("c", "f"),)
+
+
+def test_convenience_properties() -> None:
+    image = cf.ImagePart(url="https://x.test/a.png", width=10, height=20)
+    m = cf.Message(role="tool", content=(cf.TextPart("a"), image, cf.TextPart("b")),
+                   tool_call_id="c", metadata={"is_error": True, "pinned": True})
+    assert m.text == "a\nb" and m.images == (image,)
+    assert m.is_error and m.is_pinned and not m.has_tool_calls
+    call = cf.Message(role="assistant", content="xy", reasoning="abc",
+                      tool_calls=(cf.ToolCall("c", "fn", '{"a":1}'),))
+    assert call.has_tool_calls and call.char_count == 2 + 3 + 2 + 7
+    assert cf.Message(role="user", content="x").images == ()
+
+
+def test_fingerprint_follows_content() -> None:
+    a = cf.Message(role="user", content="hi", source="direct")
+    assert a.fingerprint == cf.Message(role="user", content="hi", source="direct").fingerprint
+    assert a.fingerprint != cf.Message(role="user", content="hi", source="broadcast").fingerprint
+    assert a.fingerprint != cf.Message(role="user", content="hi", metadata={"x": 1}).fingerprint
+    assert a.fingerprint is a.fingerprint  # computed once
+
+
+def test_repr_shows_only_what_is_set() -> None:
+    m = cf.Message(role="user", content="hi", sender_id="")
+    assert repr(m) == "Message(role='user', content='hi', sender_id='')"
+
+
+@given(histories(max_turns=3, max_tool_chars=300))
+def test_copies_are_equal_with_equal_fingerprints(history: list[cf.Message]) -> None:
+    for m in history:
+        copy = dataclasses.replace(m, id="other")
+        assert copy == m and copy.fingerprint == m.fingerprint and hash(copy) == hash(m)
+    by_fingerprint = {m.fingerprint: m for m in history}
+    assert all(by_fingerprint[m.fingerprint] == m for m in history)  # same print, same message
