@@ -6,6 +6,15 @@ data gives them, the values the final action needs (tau-bench's gold action argu
 that occur in the conversation). A contender's score is the share of probes present in
 the context it would send at the last step, under the same token allowance for all.
 
+A context a provider would reject (invalid sequence) or that exceeds the allowance keeps
+nothing: that request fails, so its probes count as lost. A contender that raises (for
+example ``BudgetExceededError``) keeps nothing either; the table counts each case.
+
+The allowance at a fraction ``f`` is the system prompt plus ``f`` of the rest of the
+transcript: every contender keeps the system prompt whole, and on short transcripts with
+long system prompts (tau-bench's airline policy is ~1,300 tokens) ``f`` of the whole
+transcript would not even hold the system prompt.
+
 Our policies run through a ``Compactor`` call by call, exactly as in an agent loop; the
 peers (``_eval_peers``) run in the same process on the same probes.
 """
@@ -146,11 +155,15 @@ def evaluate(
     rows: list[EvalRow] = []
     probes = [probes_of(t) for t in transcripts]
     totals = [counter.count_messages(t.messages) for t in transcripts]
+    systems = [counter.count_messages([m for m in t.messages if m.role in SYSTEM_ROLES])
+               for t in transcripts]
     for fraction in fractions:
         for contender in contenders:
             row = EvalRow(contender=contender.name, ours=contender.ours, fraction=fraction)
-            for t, (idents, gold), total in zip(transcripts, probes, totals, strict=True):
-                allowance = max(int(total * fraction), 1)
+            for t, (idents, gold), total, system in zip(
+                transcripts, probes, totals, systems, strict=True
+            ):
+                allowance = system + max(int((total - system) * fraction), 1)
                 try:
                     sent = contender.compact(t, allowance, counter)
                 except Exception as exc:  # a contender's failure is a result, not a crash
@@ -160,15 +173,17 @@ def evaluate(
                     row.tokens_before += total
                     row.tokens_after += total
                     continue
-                text = context_text(sent)
+                used = counter.count_messages(sent)
+                over, invalid = used > allowance, bool(validate(sent))
+                # A request the provider rejects keeps nothing.
+                text = "" if over or invalid else context_text(sent)
                 row.probes += len(idents)
                 row.kept += sum(1 for p in idents if p in text)
                 row.gold += len(gold)
                 row.gold_kept += sum(1 for g in gold if g in text)
-                used = counter.count_messages(sent)
                 row.tokens_before += total
                 row.tokens_after += used
-                row.over_budget += used > allowance
-                row.invalid += bool(validate(sent))
+                row.over_budget += over
+                row.invalid += invalid
             rows.append(row)
     return rows
