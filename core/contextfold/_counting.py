@@ -193,6 +193,9 @@ class _BaseCounter:
         return memo
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of tool definitions: the JSON text of each plus 12. An upper estimate:
+        OpenAI renders definitions more compactly (its cookbook's ``num_tokens_for_tools``
+        gives fewer tokens), so a budget that holds this count holds the real one."""
         if not tools:
             return 0
         return sum(self.count_text(json.dumps(t, sort_keys=True, default=str)) for t in tools) + 12
@@ -282,6 +285,7 @@ class TiktokenCounter(_BaseCounter):
         self.name = f"tiktoken:{encoding.name}"
 
     def count_text(self, text: str) -> int:
+        """Exact tokens of ``text``; special-token strings count as ordinary text."""
         if not text:
             return 0
         # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
@@ -300,6 +304,7 @@ class EstimatingCounter(_BaseCounter):
         self.name = f"estimate:{chars_per_token}"
 
     def count_text(self, text: str) -> int:
+        """``ceil(len(text) / chars_per_token)``."""
         return math.ceil(len(text) / self.chars_per_token) if text else 0
 
 

