@@ -87,7 +87,7 @@ class _RandomSource:
         self.rnd = random.Random(seed)
 
     def integer(self, lo: int, hi: int) -> int:
-        return self.rnd.randint(lo, hi)
+        return lo + int(self.rnd.random() * (hi - lo + 1))
 
     def chance(self, percent: int) -> bool:
         return self.rnd.random() * 100 < percent
