@@ -14,18 +14,22 @@ sees is compacted, and it is always a valid sequence within the budget::
 
 from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
 from ._events import COMPACTION_EVENT, IDLE_EVENT
+from ._history import CompactingChatMessageHistory
 from ._hooks import CompactionHook, pre_model_hook
 from ._middleware import CompactionMiddleware
 from ._overflow import is_context_overflow, overflow_figures
 from ._runnable import CompactingChatModel, with_compaction
 from ._summarizer import ChatModelSummarizer
+from ._tools import SEARCH_GUIDANCE, search_tools_for, tool_from_spec
 
 __all__ = [
     "COMPACTION_EVENT",
     "IDLE_EVENT",
     "LANGCHAIN_KEY",
+    "SEARCH_GUIDANCE",
     "SOURCE_KEY",
     "ChatModelSummarizer",
+    "CompactingChatMessageHistory",
     "CompactingChatModel",
     "CompactionHook",
     "CompactionMiddleware",
@@ -33,6 +37,8 @@ __all__ = [
     "is_context_overflow",
     "overflow_figures",
     "pre_model_hook",
+    "search_tools_for",
     "to_core",
+    "tool_from_spec",
     "with_compaction",
 ]

@@ -301,6 +301,8 @@ def message_from_core(message: Message) -> BaseMessage:
     fields: dict[str, Any] = dict(extras.get("extra") or {})
     fields["content"] = _content_out(message, extras)
     fields["additional_kwargs"] = _kwargs_out(message, extras)
+    if message.role == "developer" and issubclass(cls, SystemMessage):
+        fields["additional_kwargs"]["__openai_role__"] = "developer"
     fields["response_metadata"] = dict(extras.get("response_metadata") or {})
     fields["name"] = message.name
     fields["id"] = None if extras.get("no_id") else message.id
@@ -382,8 +384,6 @@ def _kwargs_out(message: Message, extras: Mapping[str, Any]) -> dict[str, Any]:
             kwargs.pop("reasoning_content", None)
         elif message.reasoning != kwargs.get("reasoning_content"):
             kwargs["reasoning_content"] = message.reasoning
-    if message.role == "developer":
-        kwargs["__openai_role__"] = "developer"
     section = _section_out(message)
     old = kwargs.get(SOURCE_KEY)
     if old is not None and _same_section(old, section):

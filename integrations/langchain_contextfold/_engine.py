@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 
 from contextfold import (
     Budget,
+    CompactionError,
     CompactionResult,
     Compactor,
     ConfigurationError,
@@ -102,14 +103,20 @@ class Conversation:
         return out
 
     def observe(self, reply: BaseMessage) -> None:
-        """Calibrate from the reply's ``usage_metadata`` and record a real response."""
+        """Calibrate from the reply's ``usage_metadata`` and record a real response.
+
+        The nudge counter is left to the policy, which resets it when a real prompt
+        arrives (seed 001: three nudged iterations go idle even when the model answers
+        them); ``record_response`` is only called outside a nudge streak.
+        """
         usage = getattr(reply, "usage_metadata", None)
         if usage and usage.get("input_tokens"):
             self.compactor.observe_usage(
                 input_tokens=int(usage["input_tokens"]),
                 output_tokens=int(usage.get("output_tokens") or 0) or None,
             )
-        self.compactor.record_response()
+        if not self.compactor.state.encouragement_count:
+            self.compactor.record_response()
 
     def observe_overflow(self, error: BaseException) -> None:
         """Calibrate from the token count an overflow error states, when it states one."""
@@ -136,6 +143,7 @@ class Engine:
         summarizer: makes summaries (sync and/or async).
         store: the history store, when one is configured.
         max_conversations: conversations kept in memory (least recently used dropped).
+        persist: append every message a call sees to ``store`` (once, by message id).
     """
 
     def __init__(
@@ -147,6 +155,7 @@ class Engine:
         summarizer: Any = None,
         store: Any = None,
         max_conversations: int = 1024,
+        persist: bool = True,
     ) -> None:
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a contextfold.Budget, got {budget!r}")
@@ -160,6 +169,7 @@ class Engine:
         self.summarizer = summarizer
         self.store = store
         self.max_conversations = max_conversations
+        self.persist = persist
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
         self._lock = threading.Lock()
         self._tools_memo: tuple[tuple[int, ...], list[Any], list[dict[str, Any]]] | None = None
@@ -222,7 +232,7 @@ class Engine:
 
     def _core(self, conv: Conversation, messages: Sequence[BaseMessage]) -> list[Message]:
         core = conv.to_core(messages)
-        if self.store is not None:
+        if self.persist and self.store is not None:
             conv.persist(self.store, core)
         return core
 
@@ -236,14 +246,15 @@ class Engine:
         for attempt in range(MAX_OVERFLOW_RETRIES + 1):
             try:
                 view = self.view(conv, messages, tools, force=overflow is not None)
-            except NoProgressError as exc:
+            except CompactionError as exc:
                 raise _stuck(exc, overflow) from overflow
             try:
                 out = send(view)
             except Exception as exc:
                 if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
                     raise
-                conv.observe_overflow(exc)
+                if overflow is None:  # later ones would clear the no-progress guard
+                    conv.observe_overflow(exc)
                 overflow = exc
                 continue
             reply = reply_of(out)
@@ -261,14 +272,15 @@ class Engine:
         for attempt in range(MAX_OVERFLOW_RETRIES + 1):
             try:
                 view = await self.aview(conv, messages, tools, force=overflow is not None)
-            except NoProgressError as exc:
+            except CompactionError as exc:
                 raise _stuck(exc, overflow) from overflow
             try:
                 out = await send(view)
             except Exception as exc:
                 if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
                     raise
-                conv.observe_overflow(exc)
+                if overflow is None:  # later ones would clear the no-progress guard
+                    conv.observe_overflow(exc)
                 overflow = exc
                 continue
             reply = reply_of(out)
@@ -278,9 +290,9 @@ class Engine:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _stuck(error: NoProgressError, overflow: BaseException | None) -> BaseException:
+def _stuck(error: CompactionError, overflow: BaseException | None) -> BaseException:
     """The error to raise when a forced compaction after an overflow cannot shrink."""
-    if overflow is None:
+    if overflow is None or not isinstance(error, NoProgressError):
         return error
     return NoProgressError(
         f"the model rejected the input as too long ({overflow}) and a forced compaction "

@@ -14,8 +14,9 @@ input) with streaming handlers removed, so tokens reach ``astream_events`` and L
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -39,6 +40,10 @@ __all__ = ["CompactingChatModel", "with_compaction"]
 
 _KEY = "_contextfold_conversation"
 """The call kwarg carrying the conversation key from ``invoke`` to ``_generate``."""
+_RUN = "_contextfold_run_id"
+_CALLBACKS = "_contextfold_callbacks"
+
+M = TypeVar("M", CallbackManagerForLLMRun, AsyncCallbackManagerForLLMRun)
 
 INNER_TAG = "contextfold_inner"
 """Tag of the wrapped model's child run."""
@@ -66,6 +71,21 @@ def _inner_config(run_manager: Any) -> RunnableConfig:
         inheritable_metadata=dict(run_manager.inheritable_metadata),
     )
     return {"callbacks": manager, "tags": [INNER_TAG, "nostream"]}
+
+
+def _streaming_run(kwargs: dict[str, Any], cls: type[M]) -> M | None:
+    """A run manager for the streaming run ``stream`` opened (same run id, same callbacks)."""
+    run_id = kwargs.get(_RUN)
+    callbacks, tags, metadata = kwargs.get(_CALLBACKS) or (None, None, None)
+    if run_id is None:
+        return None
+    manager = CallbackManager.configure(callbacks, None, False, tags, None, metadata, None)
+    return cls(
+        run_id=run_id, handlers=manager.handlers,
+        inheritable_handlers=manager.inheritable_handlers, parent_run_id=manager.parent_run_id,
+        tags=manager.tags, inheritable_tags=manager.inheritable_tags,
+        metadata=manager.metadata, inheritable_metadata=manager.inheritable_metadata,
+    )
 
 
 def _reply(out: BaseMessage) -> BaseMessage | None:
@@ -111,24 +131,35 @@ class CompactingChatModel(BaseChatModel):
         kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
         return await super().ainvoke(input, config, stop=stop, **kwargs)
 
+    # ``stream`` does not hand its run manager to ``_stream``: the run id is chosen here
+    # and the run's callbacks travel with it, so events attach to the streaming run.
+
     def stream(  # type: ignore[override]
         self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
         stop: list[str] | None = None, **kwargs: Any,
     ) -> Iterator[AIMessageChunk]:
-        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        config = ensure_config(config)
+        kwargs.setdefault(_KEY, conversation_key(config))
+        config["run_id"] = kwargs[_RUN] = config.get("run_id") or uuid.uuid4()
+        kwargs[_CALLBACKS] = (config.get("callbacks"), config.get("tags"), config.get("metadata"))
         yield from super().stream(input, config, stop=stop, **kwargs)
 
     async def astream(  # type: ignore[override]
         self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
         stop: list[str] | None = None, **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
-        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        config = ensure_config(config)
+        kwargs.setdefault(_KEY, conversation_key(config))
+        config["run_id"] = kwargs[_RUN] = config.get("run_id") or uuid.uuid4()
+        kwargs[_CALLBACKS] = (config.get("callbacks"), config.get("tags"), config.get("metadata"))
         async for chunk in super().astream(input, config, stop=stop, **kwargs):
             yield chunk
 
     # -- generation ---------------------------------------------------------------------
 
     def _start(self, kwargs: dict[str, Any]) -> tuple[Conversation, list[dict[str, Any]]]:
+        kwargs.pop(_RUN, None)
+        kwargs.pop(_CALLBACKS, None)
         conv = self.engine.conversation(kwargs.pop(_KEY, None))
         return conv, self.engine.tool_dicts(kwargs.get("tools"))
 
@@ -166,6 +197,7 @@ class CompactingChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None = None,
         run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
+        run_manager = run_manager or _streaming_run(kwargs, CallbackManagerForLLMRun)
         conv, tools = self._start(kwargs)
 
         def send(view: View) -> tuple[AIMessageChunk, Iterator[AIMessageChunk]]:
@@ -188,6 +220,7 @@ class CompactingChatModel(BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None = None,
         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
+        run_manager = run_manager or _streaming_run(kwargs, AsyncCallbackManagerForLLMRun)
         conv, tools = self._start(kwargs)
 
         async def send(view: View) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:

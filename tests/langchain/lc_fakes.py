@@ -125,7 +125,7 @@ def big_result(page: int, part: int = 0, size: int = 6000) -> str:
     return body[:size]
 
 
-def tool_round(reply: AIMessage) -> list[ToolMessage]:
+def tool_round(reply: AIMessage, size: int = 6000) -> list[ToolMessage]:
     """The results of every call in ``reply``."""
-    return [ToolMessage(big_result(c["args"]["page"], c["args"]["part"]), tool_call_id=c["id"],
-                        name=c["name"]) for c in reply.tool_calls]
+    return [ToolMessage(big_result(c["args"]["page"], c["args"].get("part", 0), size),
+                        tool_call_id=c["id"], name=c["name"]) for c in reply.tool_calls]

@@ -1,0 +1,54 @@
+"""The history store's search tools as LangChain tools (seed 000's searchable memory).
+
+Compaction hides old messages from the model; these tools let it find them again::
+
+    store = cf.SQLiteStore("history.db")
+    tools = [*my_tools, *search_tools_for(store, "thread-1")]
+    agent = create_agent(model, tools, system_prompt=prompt + "\\n\\n" + SEARCH_GUIDANCE,
+                         middleware=[CompactionMiddleware(policy=..., budget=..., store=store)])
+
+The conversation id must be the one the history is stored under: the run's ``thread_id``
+(or ``"default"`` when the config names none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.tools import StructuredTool
+
+from contextfold import SEARCH_GUIDANCE, SearchToolSpec, search_tools
+
+__all__ = ["SEARCH_GUIDANCE", "search_tools_for", "tool_from_spec"]
+
+
+def _runner(spec: SearchToolSpec) -> Callable[..., str]:
+    def run(**arguments: Any) -> str:
+        return json.dumps(spec(**arguments), ensure_ascii=False, default=str)
+
+    return run
+
+
+def tool_from_spec(spec: SearchToolSpec) -> StructuredTool:
+    """One framework-neutral search tool as a LangChain ``StructuredTool``."""
+    return StructuredTool.from_function(
+        func=_runner(spec), name=spec.name, description=spec.description,
+        args_schema=dict(spec.parameters),
+    )
+
+
+def search_tools_for(
+    store: Any, conversation_id: str, *, swarm_id: str | None = None,
+    allow_conversations: Sequence[str] = (),
+) -> list[StructuredTool]:
+    """The search tools over ``store``, scoped to ``conversation_id`` (and the conversations
+    in ``allow_conversations``; ``swarm_id`` adds the broadcast search).
+
+    Results are JSON text: hits with a snippet and a ``handle`` for ``read_message``.
+    Put :data:`SEARCH_GUIDANCE` in the system prompt so the model knows to use them.
+    """
+    specs = search_tools(store, conversation_id, swarm_id=swarm_id,
+                         allow_conversations=allow_conversations)
+    return [tool_from_spec(spec) for spec in specs]

@@ -1,0 +1,234 @@
+"""with_compaction: conversations, calibration, overflow retry, idle, events, binding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.exceptions import ContextOverflowError
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableBinding, RunnableSequence
+from langchain_core.tools import tool
+from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
+
+import contextfold as cf
+from langchain_contextfold import (
+    COMPACTION_EVENT,
+    IDLE_EVENT,
+    CompactingChatModel,
+    to_core,
+    with_compaction,
+)
+
+BUDGET = cf.Budget(context_window=16_000, output_reserve=2_000)
+
+
+@tool
+def fetch_page(page: int, part: int = 0) -> str:
+    """Fetch one part of a page (large)."""
+    return big_result(page, part)
+
+
+class Events(BaseCallbackHandler):
+    """Collects contextfold's custom events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
+        self.events.append((name, data))
+
+
+def wrapped(fake: ToolCallingFakeModel, policy: Any = None, **options: Any) -> Any:
+    options.setdefault("summarizer", cf.ExtractiveSummarizer())
+    return with_compaction(fake, policy=policy or cf.ThresholdPolicy(), budget=BUDGET,
+                           counter=COUNTER, **options).bind_tools([fetch_page])
+
+
+def run_loop(model: Any, rounds: int, config: dict[str, Any] | None = None,
+             inputs: list[list[BaseMessage]] | None = None, size: int = 6000,
+             ) -> list[BaseMessage]:
+    history: list[BaseMessage] = [SystemMessage("Fetch pages."), HumanMessage("Fetch them all")]
+    for _ in range(rounds + 1):
+        if inputs is not None:
+            inputs.append(list(history))
+        reply = model.invoke(history, config=config)
+        history.append(reply)
+        if not reply.tool_calls:
+            break
+        history.extend(tool_round(reply, size))
+    return history
+
+
+def first_compacted(fake: ToolCallingFakeModel) -> int:
+    """Index of the first request the model received compacted."""
+    for i, request in enumerate(fake.requests):
+        if any("TRUNCATED" in m.text or m.source == "summary" for m in request.core):
+            return i
+    return len(fake.requests)
+
+
+def test_bind_tools_puts_the_wrapper_in_front() -> None:
+    model = wrapped(ToolCallingFakeModel())
+    assert isinstance(model, RunnableBinding)
+    assert isinstance(model.bound, CompactingChatModel)
+    assert model.kwargs["tools"][0]["function"]["name"] == "fetch_page"
+    rebound = model.bound.bind_tools([fetch_page])
+    assert rebound.bound is model.bound  # the same conversations behind every binding
+
+
+def test_chains_and_bound_models_are_wrapped_inside() -> None:
+    fake = ToolCallingFakeModel(rounds=0)
+    prompt = ChatPromptTemplate.from_messages([("system", "s"), MessagesPlaceholder("history")])
+    chain = with_compaction(prompt | fake, policy=cf.ThresholdPolicy(), budget=BUDGET,
+                            counter=COUNTER)
+    assert isinstance(chain, RunnableSequence) and isinstance(chain.last, CompactingChatModel)
+    reply = chain.invoke({"history": [HumanMessage("hi")]})
+    assert reply.content.startswith("Done") and len(fake.requests) == 1
+    bound = with_compaction(fake.bind_tools([fetch_page]), policy=cf.ThresholdPolicy(),
+                            budget=BUDGET, counter=COUNTER)
+    assert isinstance(bound.bound, CompactingChatModel) and bound.kwargs["tools"]
+
+
+def test_configuration_errors() -> None:
+    with pytest.raises(cf.ConfigurationError):
+        with_compaction(ChatPromptTemplate.from_messages([("human", "x")]),
+                        policy=cf.ThresholdPolicy(), budget=BUDGET)
+    model = with_compaction(ToolCallingFakeModel(), policy=cf.ThresholdPolicy(), budget=BUDGET)
+    with pytest.raises(cf.ConfigurationError):
+        with_compaction(model, policy=cf.ThresholdPolicy(), budget=BUDGET)
+    with pytest.raises(cf.ConfigurationError):
+        with_compaction(ToolCallingFakeModel(), policy=cf.ThresholdPolicy(), budget=16_000)
+
+
+def test_one_compactor_per_thread() -> None:
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
+    model = wrapped(fake)
+    for thread in ("a", "b", "a"):
+        model.invoke([HumanMessage(f"task {thread}")],
+                     config={"configurable": {"thread_id": thread}})
+    model.invoke([HumanMessage("session")], config={"configurable": {"session_id": "s"}})
+    model.invoke([HumanMessage("no key")])
+    assert list(model.bound.engine._conversations) == ["b", "a", "s", "default"]
+
+
+def test_bounded_number_of_conversations() -> None:
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
+    model = wrapped(fake, max_conversations=2)
+    for thread in ("a", "b", "c"):
+        model.invoke([HumanMessage("x")], config={"configurable": {"thread_id": thread}})
+    assert list(model.bound.engine._conversations) == ["b", "c"]
+
+
+def test_reported_usage_calibrates_the_trigger() -> None:
+    """A provider that counts 60% more than our estimate gets compacted earlier: at the
+    first compaction our own estimate of the full input was still under the trigger."""
+    exact = ToolCallingFakeModel(rounds=40)
+    heavy = ToolCallingFakeModel(rounds=40, usage_scale=1.6)
+    inputs: list[list[BaseMessage]] = []
+    run_loop(wrapped(exact), 40, size=1000)
+    run_loop(wrapped(heavy), 40, inputs=inputs, size=1000)
+    i = first_compacted(heavy)
+    assert i < first_compacted(exact) < len(exact.requests)
+    tools = heavy.requests[0].tools
+    estimate = COUNTER.count_messages(to_core(inputs[i])) + COUNTER.count_tools(tools)
+    assert estimate <= BUDGET.trigger_tokens < estimate * 1.6
+
+
+def test_overflow_compacts_with_force_and_retries() -> None:
+    """The provider's real window is smaller than the budget says: every overflow is
+    followed by a forced compaction and a successful retry."""
+    fake = ToolCallingFakeModel(rounds=30, context_window=9_000)
+    events = Events()
+    history = run_loop(wrapped(fake, policy=cf.TruncationPolicy()), 30,
+                       config={"callbacks": [events]})
+    assert fake.overflows >= 1
+    assert history[-1].content.startswith("Done after 30")
+    accepted = [r for r in fake.requests if r.tokens <= 9_000]
+    assert len(accepted) == 31
+    forced = [d for name, d in events.events if name == COMPACTION_EVENT and d["forced"]]
+    assert len(forced) >= fake.overflows
+
+
+class AlwaysOverflow(ToolCallingFakeModel):
+    error: str = "overflow"
+
+    def _decide(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        super()._decide(messages, tools)  # records the request
+        if self.error == "overflow":
+            raise ContextOverflowError("input too long for this model")
+        raise ValueError("some other failure")
+
+
+def test_overflow_retries_at_most_twice() -> None:
+    fake = AlwaysOverflow(check_sequence=False)
+    with pytest.raises((ContextOverflowError, cf.NoProgressError)):
+        run_loop(wrapped(fake, policy=cf.TruncationPolicy()), 0)
+    assert 1 < len(fake.requests) <= 3
+
+
+def test_an_overflow_that_compaction_cannot_fix_says_so() -> None:
+    fake = ToolCallingFakeModel(rounds=30, context_window=100)
+    with pytest.raises(cf.NoProgressError, match="rejected the input as too long") as info:
+        run_loop(wrapped(fake, policy=cf.TruncationPolicy()), 30)
+    assert isinstance(info.value.__cause__, ContextOverflowError)
+
+
+def test_other_errors_are_not_retried() -> None:
+    fake = AlwaysOverflow(check_sequence=False, error="other")
+    with pytest.raises(ValueError, match="some other failure"):
+        run_loop(wrapped(fake), 0)
+    assert len(fake.requests) == 1
+
+
+def test_idle_conversation_ends_the_loop_without_calling_the_model() -> None:
+    """Seed 001: no real prompt in sight, three nudges, then idle."""
+    fake = ToolCallingFakeModel(rounds=1000)
+    model = wrapped(fake, policy=cf.LoopSlicePolicy(max_context_messages=4))
+    events = Events()
+    history = run_loop(model, 1000, config={"callbacks": [events]})
+    assert "idle" in str(history[-1].content) and not history[-1].tool_calls
+    idle = [d for name, d in events.events if name == IDLE_EVENT]
+    assert idle and idle[0]["conversation_id"] == "default"
+    nudged = [r for r in fake.requests if any(m.source == "nudge" for m in r.core)]
+    assert len(nudged) == 2  # the third nudge turned the conversation idle
+    replies = [m for m in history if isinstance(m, AIMessage)]
+    assert len(fake.requests) == len(replies) - 1  # the idle reply is not a model call
+
+
+def test_events_inside_and_outside_runs() -> None:
+    fake = ToolCallingFakeModel(rounds=12)
+    events = Events()
+    run_loop(wrapped(fake), 12, config={"callbacks": [events]})
+    reports = [d for name, d in events.events if name == COMPACTION_EVENT]
+    assert reports, "compactions must be announced"
+    for report in reports:
+        assert report["conversation_id"] == "default"
+        assert report["tokens_after"] <= BUDGET.input_budget
+        assert {"method", "tokens_before", "messages_after", "targets", "duration"} <= set(report)
+    run_loop(wrapped(ToolCallingFakeModel(rounds=12)), 12)  # no callbacks: nothing fails
+
+
+async def test_events_in_astream_events() -> None:
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
+    model = wrapped(fake)
+    history: list[BaseMessage] = [HumanMessage("go")]
+    for page in range(6):
+        reply = AIMessage("", tool_calls=[{"name": "fetch_page", "args": {"page": page},
+                                           "id": f"c{page}"}])
+        history += [reply, *tool_round(reply)]
+    names = [e["name"] async for e in model.astream_events(history, version="v2")
+             if e["event"] == "on_custom_event"]
+    assert names == [COMPACTION_EVENT]
+
+
+def test_store_keeps_every_message_once() -> None:
+    store = cf.MemoryStore()
+    fake = ToolCallingFakeModel(rounds=15)
+    history = run_loop(wrapped(fake, store=store), 15,
+                       config={"configurable": {"thread_id": "t1"}})
+    stored = store.load("t1")
+    assert [m.text for m in stored] == [m.text for m in to_core(history[:-1])]
+    assert len({m.id for m in stored}) == len(stored)
