@@ -354,3 +354,20 @@ def test_imperfect_histories_come_out_valid_through_compact(
     assert result.report.repairs  # the defects were repaired in flight, and said so
     assert_valid_within(result.messages, budget, counter)
     assert history == snapshot
+
+
+class PerRequestOverhead(cf.EstimatingCounter):
+    """A counter whose request total is more than the sum of its message counts."""
+
+    def count_messages(self, messages: Sequence[cf.Message]) -> int:
+        return super().count_messages(messages) + 30 * len(messages)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fits_under_a_counter_that_is_not_additive(strategy: str) -> None:
+    counter = PerRequestOverhead(3.0)
+    h = booking_history() * 1
+    budget = cf.Budget(context_window=counter.count_messages([h[0], *h[5:]]))
+    out = run(cf.TruncationPolicy(strategy), h, budget, counter)  # type: ignore[arg-type]
+    assert_valid_within(out.messages, budget, counter)
+    assert len(out.messages) < len(h)
