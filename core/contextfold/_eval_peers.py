@@ -13,6 +13,7 @@ loaded lazily; a missing framework leaves it out of the table.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from collections.abc import Sequence
 from typing import Any
@@ -139,8 +140,18 @@ def _memory(transcript: Transcript, allowance: int, counter: TokenCounter) -> li
         token_limit=allowance, tokenizer_fn=_encode_fn(counter), chat_history_token_ratio=0.9,
         token_flush_size=max(allowance // 10, 1),
     )
-    memory.put_messages(_to_llama(transcript.messages))
-    return _from_llama(memory.get())
+    async def run() -> list[Any]:
+        # One event loop of ours for the whole use, so the engine ``Memory`` opens is
+        # disposed in the loop that created it and nothing is left to the collector.
+        try:
+            await memory.aput_messages(_to_llama(transcript.messages))
+            return list(await memory.aget())
+        finally:
+            engine = getattr(getattr(memory, "sql_store", None), "_async_engine", None)
+            if engine is not None:
+                await engine.dispose()
+
+    return _from_llama(asyncio.run(run()))
 
 
 def peer_contenders() -> list[Contender]:

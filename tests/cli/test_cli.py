@@ -1,0 +1,106 @@
+"""The command line: inspect and eval on small transcripts, and the evaluation's rules."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import contextfold as cf
+from contextfold._eval import Contender, evaluate, probes_of
+from contextfold._transcripts import Transcript, load_transcripts
+from contextfold.cli import main
+
+
+def _chat(turns: int) -> list[dict[str, object]]:
+    msgs: list[dict[str, object]] = [{"role": "system", "content": "You are a support agent."}]
+    for i in range(turns):
+        msgs.append({"role": "user", "content": f"Look up order ORD-{1000 + i} please."})
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "get_order",
+                          "arguments": json.dumps({"id": f"ORD-{1000 + i}"})}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}",
+                     "content": f"Order ORD-{1000 + i} shipped 2024-05-{10 + i % 18:02d}. " * 40})
+        msgs.append({"role": "assistant", "content": f"Order ORD-{1000 + i} has shipped."})
+    return msgs
+
+
+@pytest.fixture()
+def transcript_file(tmp_path: Path) -> Path:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(_chat(12)))
+    return path
+
+
+def test_inspect_prints_steps_savings_and_a_chosen_step(transcript_file: Path,
+                                                         tmp_path: Path) -> None:
+    out = io.StringIO()
+    status = main(["inspect", str(transcript_file), "--policy", "truncation", "--budget", "3000",
+                   "--step", "5", "--html", str(tmp_path / "r.html")], out=out)
+    text = out.getvalue()
+    assert status == 0, text
+    assert "input validation: clean" in text
+    assert "what the model sees at step 5" in text
+    assert "compaction(s); at the last step the model sees" in text
+    assert (tmp_path / "r.html").exists()
+    seen = json.loads(text.split("what the model sees at step 5:\n", 1)[1].split("\nreport")[0])
+    assert seen[0]["role"] == "system"
+
+
+def test_inspect_reports_problems_of_the_input(tmp_path: Path) -> None:
+    msgs = _chat(3)
+    del msgs[3]  # the first tool result: its call is left unanswered
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(msgs))
+    out = io.StringIO()
+    assert main(["inspect", str(path), "--policy", "truncation", "--budget", "3000"],
+                out=out) == 0
+    assert "unanswered_call" in out.getvalue()
+
+
+def test_inspect_unreadable_file_is_a_clear_error(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("[{")
+    assert main(["inspect", str(path)], out=io.StringIO()) == 2
+    assert str(path) in capsys.readouterr().err
+
+
+def test_eval_prints_ours_and_peers(transcript_file: Path) -> None:
+    out = io.StringIO()
+    status = main(["eval", str(transcript_file), "--policies", "truncation",
+                   "--fractions", "0.5,0.8"], out=out)
+    text = out.getvalue()
+    assert status == 0, text
+    assert text.count("truncation") == 2
+    assert "langchain trim_messages" in text
+    assert "llamaindex ChatMemoryBuffer" in text
+
+
+def _whole(t: Transcript, allowance: int, counter: cf.TokenCounter) -> list[cf.Message]:
+    return list(t.messages)
+
+
+def _system_and_last(t: Transcript, allowance: int, counter: cf.TokenCounter) -> list[cf.Message]:
+    return [t.messages[0], cf.Message("user", "Anything else?")]
+
+
+def _broken(t: Transcript, allowance: int, counter: cf.TokenCounter) -> list[cf.Message]:
+    raise cf.BudgetExceededError("everything", needed=10, available=1)
+
+
+def test_evaluation_rules(transcript_file: Path, counter: cf.TokenCounter) -> None:
+    [t] = load_transcripts(transcript_file)
+    idents, _ = probes_of(t)
+    assert "ORD-1000" in idents and "You are a support agent." not in idents
+    rows = evaluate([t], [Contender("whole", _whole), Contender("tiny", _system_and_last),
+                          Contender("broken", _broken)], fractions=(0.5, 1.0), counter=counter)
+    by = {(r.contender, r.fraction): r for r in rows}
+    # The whole history is over a half allowance: the provider would reject it.
+    assert by[("whole", 0.5)].over_budget == 1 and by[("whole", 0.5)].kept == 0
+    assert by[("whole", 1.0)].score == 1.0
+    assert by[("tiny", 0.5)].kept == 0 and by[("tiny", 0.5)].saved > 0.9
+    assert by[("broken", 0.5)].errors and by[("broken", 0.5)].kept == 0
