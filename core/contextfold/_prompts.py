@@ -194,6 +194,8 @@ class TemporalContext(SimplePolicy):
     """
 
     name = "temporal_context"
+    always_run = True
+    """The time moves: the ``Compactor`` runs this on every call, not only over the trigger."""
 
     def __init__(self, tz: tzinfo | None = None) -> None:
         self.tz = tz
