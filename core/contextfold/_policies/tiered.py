@@ -49,24 +49,10 @@ from .importance import (
     keyword_truncate,
     score_messages,
 )
+from .tiered_config import TIER_INSTRUCTIONS, env_kwargs
 
 __all__ = ["TIER_INSTRUCTIONS", "TieredPolicy"]
 
-_EXACT = "Copy identifiers, reference numbers, names and amounts exactly as written."
-TIER_INSTRUCTIONS = (
-    "Summarize these messages, keeping about 70% of their detail. Preserve:\n"
-    "- participants and their roles\n- actions taken and their outcomes\n"
-    "- important decisions or conclusions\n- key technical details or data\n" + _EXACT,
-    "Summarize these messages, keeping about 40% of their detail. Preserve:\n"
-    "- main topics discussed\n- important decisions made\n"
-    "- unresolved items or open questions\n- critical context for future reference\n" + _EXACT,
-    "Summarize these messages briefly, keeping about 15% of their detail. Answer:\n"
-    "- What was this conversation about?\n- What was concluded or decided?\n"
-    "- Any critical outcomes?\n" + _EXACT,
-)
-"""Seed 002's summarization strategy of tiers 1, 2 and 3."""
-
-_ENV = "PROMPT_COMPACTION_"
 
 
 @dataclass
@@ -171,28 +157,7 @@ class TieredPolicy:
             ConfigurationError: a variable holds a value that does not parse or is out of
                 range (the message names the variable).
         """
-        env = os.environ if environ is None else environ
-        kwargs: dict[str, Any] = {}
-        parsers: tuple[tuple[str, str, Any], ...] = (
-            ("RESIDUALS_ENABLED", "residuals_enabled", _parse_bool),
-            ("RESIDUAL_THRESHOLD", "residual_threshold", int),
-            ("RESIDUAL_MAX_PERCENT", "residual_max_percent", float),
-            ("BUDGET_ENABLED", "budget_allocation", _parse_bool),
-            ("TIER0_SIZE", "tier0_size", int),
-            ("TIER1_SIZE", "tier1_size", int),
-            ("TIER2_SIZE", "tier2_size", int),
-            ("TIERED_ENABLED", "tiered", _parse_bool),
-        )
-        for suffix, attr, parse in parsers:
-            raw = env.get(_ENV + suffix)
-            if raw is None or not raw.strip():
-                continue
-            try:
-                kwargs[attr] = parse(raw.strip())
-            except ValueError as exc:
-                raise ConfigurationError(f"{_ENV}{suffix}={raw!r}: {exc}") from None
-        if kwargs.pop("tiered", True) is False:
-            kwargs["tier1_size"] = kwargs["tier2_size"] = 2**62
+        kwargs = env_kwargs(os.environ if environ is None else environ)
         kwargs.update(overrides)
         return cls(**kwargs)
 
@@ -461,11 +426,3 @@ def _check_int(name: str, value: object, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
 
-
-def _parse_bool(raw: str) -> bool:
-    lowered = raw.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
