@@ -204,6 +204,9 @@ class _BaseCounter:
 _Entry = tuple[tuple[Message, ...], list[int]]
 
 
+_EMPTY_ENTRY: _Entry = ((), [0])
+
+
 class _PrefixMemo:
     """Running token sums of the last few sequences a counter counted.
 
@@ -231,7 +234,7 @@ class _PrefixMemo:
         """
         with self._lock:
             candidates = [e for e in self._entries if e[0][0] is seq[0]]
-        best: _Entry = ((), [0])
+        best: _Entry = _EMPTY_ENTRY
         k = 0
         for entry in candidates:  # most recent first
             shared = _shared_prefix(entry[0], seq)
@@ -243,11 +246,18 @@ class _PrefixMemo:
         if k == len(seq):
             self._remember(best, best)
             return cum  # the same sequence, or a prefix of a longer one we keep
-        new_cum = cum[: k + 1]
-        new_cum.extend(accumulate(map(count, seq[k:]), initial=cum[k]))
-        del new_cum[k + 1]  # accumulate yields its initial value first
-        # A sequence that extends the old one replaces it; one that diverges is kept beside.
-        self._remember((tuple(seq), new_cum), best if k == len(prev) else None)
+        more = list(accumulate(map(count, seq[k + 1 :]), initial=cum[k] + count(seq[k])))
+        extends = k == len(prev)
+        with self._lock:
+            # A sequence that extends the old one takes over its sums (appending keeps
+            # every value a reader holds valid), unless another extension got there first;
+            # one that diverges gets a copy and is kept beside.
+            if extends and best is not _EMPTY_ENTRY and len(cum) == k + 1:
+                cum.extend(more)
+                new_cum = cum
+            else:
+                new_cum = cum[: k + 1] + more
+        self._remember((tuple(seq), new_cum), best if extends else None)
         return new_cum
 
     def _remember(self, entry: _Entry, replaces: _Entry | None) -> None:
@@ -258,10 +268,7 @@ class _PrefixMemo:
 
 def _shared_prefix(prev: Sequence[Message], seq: Sequence[Message]) -> int:
     """How many leading elements of ``prev`` and ``seq`` are the same objects."""
-    n = min(len(prev), len(seq))
-    if n == len(prev) and all(map(operator.is_, prev, seq)):
-        return n
-    return next(compress(count_from(), map(operator.is_not, prev, seq)), n)
+    return next(compress(count_from(), map(operator.is_not, prev, seq)), min(len(prev), len(seq)))
 
 
 class TiktokenCounter(_BaseCounter):
