@@ -127,7 +127,8 @@ class _Shape:
 
 @dataclass
 class _Builder:
-    src: _Source
+    plan: _Source  # the shape: turns, steps, parallel calls, big outputs, defects
+    src: _Source  # the content: texts, ids, images, errors
     shape: _Shape
     prefix: str = "h"
     out: list[Message] = field(default_factory=list)
@@ -196,7 +197,7 @@ class _Builder:
 
     def result(self, call: ToolCall) -> Message:
         s = self.shape
-        big = self.src.chance(10)
+        big = self.plan.chance(10)
         hi = s.max_tool_chars if big else min(s.max_tool_chars, max(s.min_tool_chars, 800))
         text = self.text(self.src.integer(s.min_tool_chars, hi))
         content: str | tuple[ContentPart, ...] = text
@@ -208,7 +209,7 @@ class _Builder:
 
     def tool_step(self) -> None:
         s = self.shape
-        n = s.fixed_parallel or self.src.integer(1, s.max_parallel)
+        n = s.fixed_parallel or self.plan.integer(1, s.max_parallel)
         calls = tuple(self.call() for _ in range(n))
         text = self.text(self.src.integer(5, 120)) if self.src.chance(30) else ""
         reasoning = self.text(self.src.integer(10, 400)) if self.src.chance(25) else None
@@ -222,21 +223,21 @@ class _Builder:
     def turn(self, last: bool) -> None:
         s = self.shape
         self.add(self.user())
-        steps = s.fixed_steps if s.fixed_steps is not None else self.src.integer(0, s.max_steps)
+        steps = s.fixed_steps if s.fixed_steps is not None else self.plan.integer(0, s.max_steps)
         for _ in range(steps):
             self.tool_step()
-        if s.fixed_steps is not None or not last or self.src.chance(60):
+        if s.fixed_steps is not None or not last or self.plan.chance(60):
             reasoning = self.text(self.src.integer(10, 300)) if self.src.chance(20) else None
             self.add(self.msg(role="assistant", content=self.text(self.src.integer(5, 600)),
                               reasoning=reasoning))
 
     def history(self) -> list[Message]:
         s = self.shape
-        has_system = s.system if s.system is not None else self.src.chance(80)
+        has_system = s.system if s.system is not None else self.plan.chance(80)
         if has_system:
             self.add(self.msg(role="system", content="You are a careful agent. "
                               + self.text(self.src.integer(20, 400))))
-        turns = self.src.integer(s.min_turns, s.max_turns)
+        turns = self.plan.integer(s.min_turns, s.max_turns)
         for t in range(turns):
             self.turn(last=t == turns - 1)
         return self.out
@@ -245,7 +246,7 @@ class _Builder:
 
     def spoil(self) -> None:
         """Inject at least one of ``DEFECTS`` into the built history."""
-        chosen = [d for d in DEFECTS if self.src.chance(35)]
+        chosen = [d for d in DEFECTS if self.plan.chance(35)]
         if not chosen:
             chosen = [self.pick(DEFECTS)]
         for defect in chosen:
@@ -267,7 +268,7 @@ class _Builder:
         j = i + 1
         while j < len(self.out) and self.out[j].role == "tool":
             j += 1
-        at = self.src.integer(i + 1, j - 1)
+        at = self.plan.integer(i + 1, j - 1)
         self.out.insert(at, self.msg(role="user", content="[broadcast] " + self.text(80),
                                      source="broadcast", sender_id="agent-2"))
 
@@ -279,11 +280,11 @@ class _Builder:
                                                content="Hello! How can I help you today?"))
 
     def _defect_stray_system(self) -> None:
-        at = self.src.integer(self._lead() + 1, len(self.out))
+        at = self.plan.integer(self._lead() + 1, len(self.out))
         self.out.insert(at, self.msg(role="system", content="Reminder: " + self.text(60)))
 
     def _defect_orphan(self) -> None:
-        at = self.src.integer(self._lead(), len(self.out))
+        at = self.plan.integer(self._lead(), len(self.out))
         self.out.insert(at, self.msg(role="tool", content=self.text(40),
                                      tool_call_id=f"call_gone_{self.src.integer(0, 10**6)}",
                                      name="lost_tool"))
@@ -333,7 +334,10 @@ def histories(
 
     @st.composite
     def build(draw: DrawFn) -> list[Message]:
-        builder = _Builder(_DrawSource(draw), shape)
+        # Hypothesis draws (and shrinks) the shape; the content comes from a drawn seed,
+        # which keeps generation fast.
+        seed = draw(st.integers(0, 2**32 - 1))
+        builder = _Builder(_DrawSource(draw), _RandomSource(seed), shape)
         builder.history()
         if imperfect:
             builder.spoil()
@@ -369,7 +373,8 @@ def generate_history(
     shape = _Shape(min_turns=turns, max_turns=turns, fixed_steps=tools_per_turn,
                    fixed_parallel=parallel_calls, min_tool_chars=max(tool_chars // 2, 1),
                    max_tool_chars=tool_chars * 3 // 2 + 1, images=images, system=system)
-    builder = _Builder(_RandomSource(seed), shape, prefix=f"s{seed}")
+    source = _RandomSource(seed)
+    builder = _Builder(source, source, shape, prefix=f"s{seed}")
     builder.history()
     if imperfect:
         builder.spoil()
