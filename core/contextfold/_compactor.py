@@ -71,6 +71,7 @@ class _Plan:
     tools: Sequence[Mapping[str, Any]] | None
     known: int | None
     started: float
+    was_idle: bool
 
 
 class Compactor:
@@ -272,7 +273,8 @@ class Compactor:
         effective = max(estimate, known or 0)
         needs = force or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, len(base), fixed, force, needs)
-        plan = _Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started)
+        plan = _Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started,
+                     self._state.idle)
         if new is not None and not needs:
             return self._append(plan, new, estimate)
         return plan
@@ -341,7 +343,6 @@ class Compactor:
         self, plan: _Plan, view: Sequence[Message], repairs: tuple[str, ...],
         context: CompactionContext, outcome: PolicyOutcome, service: SummaryService,
     ) -> CompactionResult:
-        was_idle = self._state.idle
         result = finish(
             plan.base, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
             notes=tuple(service.notes), started=plan.started,
@@ -359,7 +360,7 @@ class Compactor:
                 self.conversation_id, report, report.tokens_saved, len(report.targets),
                 plan.force, report.duration,
             ))
-        if self._state.idle and not was_idle:
+        if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return result
 

@@ -131,8 +131,8 @@ class ExtractiveSummarizer:
                 last_request, steps_since, answered_since = i, 0, False
             if m.role in ("user", "assistant"):
                 self._decisions(s, m.text)
-            if m.role == "assistant" and not m.tool_calls and m.text.strip():
-                answered_since = True
+            if m.role == "assistant":  # answered when the latest assistant turn is final text
+                answered_since = not m.tool_calls and bool(m.text.strip())
             if m.role == "tool":
                 answered.add(m.tool_call_id or "")
                 steps_since += 1

@@ -1,0 +1,151 @@
+"""The extractive summarizer and identifier extraction."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+import contextfold as cf
+from contextfold._identifiers import message_identifiers
+from contextfold.testing import generate_history, histories
+
+
+def _section(text: str, name: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{name}:"))
+    out = []
+    for ln in lines[start + 1 :]:
+        if ln.split(":")[0] in ("TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS"):
+            break
+        out.append(ln)
+    return out
+
+
+def _tool_step(call_id: str, name: str, args: dict[str, str], result: str,
+               error: bool = False) -> list[cf.Message]:
+    call = cf.ToolCall(id=call_id, name=name, arguments=json.dumps(args))
+    return [
+        cf.Message(role="assistant", tool_calls=(call,)),
+        cf.Message(role="tool", content=result, tool_call_id=call_id, name=name,
+                   metadata={"is_error": error}),
+    ]
+
+
+def _briefing() -> list[cf.Message]:
+    return [
+        cf.Message(role="system", content="You read email."),
+        cf.Message(role="user", content="Read all unread emails and produce a briefing."),
+        *_tool_step("c1", "gmail_search", {"query": "is:unread"}, "Found 43 unread emails."),
+        *_tool_step("c2", "gmail_read", {"id": "msg-9f3a21"},
+                    "Keeta order #KT-9284 delivered 2:43 AM to 12 Elm St."),
+        cf.Message(role="user", content="Include both accounts. I confirmed that earlier."),
+        cf.Message(role="assistant", content="Understood. We decided to include both accounts."),
+        *_tool_step("c3", "gmail_read", {"id": "msg-77b0e2"},
+                    "Error: mailbox quota exceeded", error=True),
+        *_tool_step("c4", "gmail_read", {"id": "msg-1c9d44"},
+                    "Apple DPLA deadline: July 9, 2026. See https://developer.apple.com/dpla"),
+    ]
+
+
+def _summary(messages: list[cf.Message], **kw: object) -> str:
+    request = cf.SummaryRequest(messages=tuple(messages), instructions="", **kw)  # type: ignore[arg-type]
+    return cf.ExtractiveSummarizer().summarize(request)
+
+
+def test_sections_follow_seed_004() -> None:
+    text = _summary(_briefing())
+    headings = [ln.split(":")[0] for ln in text.splitlines() if not ln.startswith(("-", " "))
+                and ln.split(":")[0].isupper() and not ln[0].isdigit()]
+    assert headings == ["TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS"]
+    assert text.startswith("TASK: Read all unread emails and produce a briefing.")
+    progress = _section(text, "PROGRESS")
+    assert [p.split(".")[0] for p in progress] == ["1", "2", "3"]
+    assert "gmail_search" in progress[0] and "Found 43 unread" in progress[0]
+    assert "#KT-9284" in progress[1]
+    errors = _section(text, "ERRORS")
+    assert len(errors) == 1 and "quota exceeded" in errors[0] and "msg-77b0e2" in errors[0]
+    decisions = _section(text, "DECISIONS")
+    assert any("decided to include both accounts" in d for d in decisions)
+    assert any("confirmed" in d for d in decisions)
+    remaining = _section(text, "REMAINING")
+    assert "unknown" in remaining[0] and "Include both accounts" in remaining[0]
+
+
+def test_data_holds_every_identifier_verbatim() -> None:
+    messages = _briefing()
+    data = _section(_summary(messages), "DATA")
+    for value in ("#KT-9284", "msg-9f3a21", "msg-77b0e2", "July 9, 2026", "2:43 AM",
+                  "https://developer.apple.com/dpla"):
+        assert f"- {value}" in data
+
+
+@given(histories(max_turns=4, max_tool_chars=3_000, images=False))
+def test_every_identifier_of_the_originals_is_in_the_summary(history: list[cf.Message]) -> None:
+    text = _summary(history)
+    for value in message_identifiers(history):
+        assert value in text
+
+
+def test_remaining_when_the_last_request_is_unanswered_or_answered() -> None:
+    asked = [cf.Message(role="user", content="Cancel reservation 4WQ150")]
+    assert "respond to the last request" in _section(_summary(asked), "REMAINING")[0]
+    answered = [*asked, cf.Message(role="assistant", content="Cancelled.")]
+    assert "answered" in _section(_summary(answered), "REMAINING")[0]
+    call = cf.ToolCall(id="x", name="cancel", arguments="{}")
+    pending = [*asked, cf.Message(role="assistant", tool_calls=(call,))]
+    assert any("pending tool call: cancel" in r for r in _section(_summary(pending), "REMAINING"))
+
+
+def test_max_tokens_trims_progress_before_data(counter: cf.TokenCounter) -> None:
+    history = generate_history(4, turns=6, tool_chars=800)
+    full = _summary(history)
+    request = cf.SummaryRequest(messages=tuple(history), instructions="", max_tokens=500)
+    short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert counter.count_text(short) <= 500 < counter.count_text(full)
+    assert "earlier step(s) omitted" in short
+    assert _section(short, "DATA")[:5] == _section(full, "DATA")[:5]
+
+
+def test_deterministic_and_an_earlier_summary_is_merged() -> None:
+    messages = _briefing()
+    first = _summary(messages[:6])
+    assert first == _summary(messages[:6])
+    folded = cf.Message(role="user", content=f"[Compaction Summary]\n{first}", source="summary")
+    second = _summary([folded, *messages[6:]])
+    assert second.startswith("TASK: Read all unread emails")
+    assert "Found 43 unread" in second and "#KT-9284" in second  # earlier steps kept
+    progress = _section(second, "PROGRESS")
+    assert "gmail_read" in progress[-1] and "DPLA" in progress[-1]
+
+
+# -- identifiers -------------------------------------------------------------------------
+
+
+def test_identifier_kinds() -> None:
+    text = (
+        "Order #KT-9284 for ana@example.com ships 2026-07-09T10:00Z, total $1,204.50 "
+        "(or 1200 EUR). Flight HAT001, reservation 4WQ150, user mia_li_3668, call 4155550123. "
+        "Logs at /var/log/app/error.log and src/app/main.py, docs https://x.io/a?b=1. "
+        "Deadline July 9, 2026 at 2:43 AM; ticket ABC-123; id 123e4567-e89b-12d3-a456-426614174000."
+    )
+    found = cf.extract_identifiers(text)
+    assert found == [
+        "#KT-9284", "ana@example.com", "2026-07-09T10:00Z", "$1,204.50", "1200 EUR", "HAT001",
+        "4WQ150", "mia_li_3668", "4155550123", "/var/log/app/error.log", "src/app/main.py",
+        "https://x.io/a?b=1", "July 9, 2026", "2:43 AM", "ABC-123",
+        "123e4567-e89b-12d3-a456-426614174000",
+    ]
+
+
+def test_plain_words_and_tool_names_are_not_identifiers() -> None:
+    text = "The agent checked the inventory and/or status. utf-8 gpt-4o"
+    assert cf.extract_identifiers(text) == []
+
+
+@given(st.lists(st.from_regex(r"[A-Z]{2,4}-[0-9]{3,6}", fullmatch=True), min_size=1, max_size=5),
+       st.lists(st.sampled_from(["the", "order", "was", "shipped", "to", "customer"]), max_size=8))
+def test_embedded_references_are_found_in_order(refs: list[str], words: list[str]) -> None:
+    text = " ".join([*words, *(f"ref {r}," for r in refs), *words])
+    assert cf.extract_identifiers(text) == list(dict.fromkeys(refs))
