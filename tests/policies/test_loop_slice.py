@@ -243,6 +243,20 @@ def test_output_is_a_valid_slice_within_budget(counter, messages, window, scan):
     assert_valid_within(out, budget, counter)
     n_sys = next(k for k, m in enumerate(out) if m.role not in ("system", "developer"))
     assert _is_slice(out, n_sys)
+    # tool results are cut only when the uncut slice would not fit
+    by_id = {m.id: m for m in cf.repair(messages)[0]}
+    uncut = [by_id.get(m.id, m) for m in out]
+    if any(a is not b for a, b in zip(out, uncut, strict=True)):
+        assert counter.count_messages(uncut) > budget.input_budget
+
+
+def test_a_failed_run_leaves_the_counter_as_it_was(counter):
+    state = cf.ConversationState(encouragement_count=2)
+    context = cf.CompactionContext(budget=cf.Budget(context_window=200), counter=counter,
+                                   state=state)
+    with pytest.raises(cf.BudgetExceededError):
+        cf.LoopSlicePolicy().apply([M("system", "rule " * 400), *loop("a", "r")], context)
+    assert (state.encouragement_count, state.idle) == (2, False)
 
 
 @given(histories(max_turns=5))

@@ -24,7 +24,7 @@ from .._prompts import TemporalContext
 from .._shrink import HeadTail
 from .._structure import Group, leading_system_count
 from ._fit import fits_budget, same, shrink_largest_first, squeeze, targets
-from .prompt_source import NudgeConfig, PromptChoice, choose_prompt
+from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
 
 __all__ = ["LoopSlicePolicy", "fit_loop", "latest_loop"]
 
@@ -152,7 +152,12 @@ class LoopSlicePolicy(SimplePolicy):
         self.temporal = temporal
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        """Compose the slice for ``messages`` (updates ``context.state``)."""
+        """Compose the slice for ``messages`` (updates ``context.state``; left as it was
+        when this raises)."""
+        with restored_on_error(context.state):
+            return self._apply(messages, context)
+
+    def _apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         n_sys = leading_system_count(messages)
         window_start = max(n_sys, len(messages) - self.max_context_messages)
         choice = choose_prompt(
@@ -179,7 +184,7 @@ class LoopSlicePolicy(SimplePolicy):
             messages=fitted,
             method=self.name,
             targets=tuple(changed),
-            notes=(*_prompt_notes(choice, context, self.nudges), *notes),
+            notes=(*prompt_notes(choice, context.state, self.nudges), *notes),
             details=details,
         )
 
@@ -194,21 +199,3 @@ def _details(
         "idle": context.state.idle,
         "loop_messages": len(loop) if loop else 0,
     }
-
-
-def _prompt_notes(
-    choice: PromptChoice, context: CompactionContext, nudges: NudgeConfig
-) -> tuple[str, ...]:
-    """Report lines about the prompt source (shared with the turn-aware policy)."""
-    state = context.state
-    if choice.origin == "nudge":
-        note = (
-            f"no prompt source found; added nudge {state.encouragement_count}"
-            f"/{nudges.max_encouragements}"
-        )
-        return (note, f"conversation is idle: {state.idle_reason}") if state.idle else (note,)
-    if choice.origin == "store":
-        return ("prompt source outside the history: used the store's latest broadcast",)
-    if choice.origin == "history":
-        return ("prompt source outside the scan window: used the latest broadcast",)
-    return ()

@@ -32,7 +32,8 @@ consecutive nudges the conversation turns idle (``state.idle``, ``state.idle_rea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -51,6 +52,8 @@ __all__ = [
     "PromptKind",
     "choose_prompt",
     "prompt_kind",
+    "prompt_notes",
+    "restored_on_error",
 ]
 
 PromptKind = Literal["direct", "commander_broadcast", "swarm_broadcast", "nudge"]
@@ -255,3 +258,32 @@ def choose_prompt(
         return PromptChoice(stored, prompt_kind(stored) or "direct", "store")
     nudge = make_nudge(context.state, nudges, now=context.now, search_guidance=search_guidance)
     return PromptChoice(nudge, "nudge", "nudge")
+
+
+def prompt_notes(
+    choice: PromptChoice, state: ConversationState, nudges: NudgeConfig
+) -> tuple[str, ...]:
+    """Report lines about where the prompt source came from."""
+    if choice.origin == "nudge":
+        note = (
+            f"no prompt source found; added nudge {state.encouragement_count}"
+            f"/{nudges.max_encouragements}"
+        )
+        return (note, f"conversation is idle: {state.idle_reason}") if state.idle else (note,)
+    if choice.origin == "store":
+        return ("prompt source outside the history: used the store's latest broadcast",)
+    if choice.origin == "history":
+        return ("prompt source outside the scan window: used the latest broadcast",)
+    return ()
+
+
+@contextmanager
+def restored_on_error(state: ConversationState) -> Iterator[None]:
+    """Undo the counter update when the policy fails after choosing its prompt: a nudge
+    that is never sent must not count toward idle."""
+    saved = (state.encouragement_count, state.idle, state.idle_reason)
+    try:
+        yield
+    except BaseException:
+        state.encouragement_count, state.idle, state.idle_reason = saved
+        raise

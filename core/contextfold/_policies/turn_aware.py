@@ -30,8 +30,15 @@ from .._prompts import TemporalContext
 from .._shrink import HeadTail
 from .._structure import Group, leading_system_count, split_groups
 from ._fit import Fits, fits_budget, originals, same, shrink_largest_first, targets
-from .loop_slice import _prompt_notes, fit_loop
-from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_kind
+from .loop_slice import fit_loop
+from .prompt_source import (
+    NudgeConfig,
+    PromptChoice,
+    choose_prompt,
+    prompt_kind,
+    prompt_notes,
+    restored_on_error,
+)
 
 __all__ = ["TurnAwarePolicy", "compress_turn"]
 
@@ -180,7 +187,11 @@ class TurnAwarePolicy(SimplePolicy):
         return plan, choice
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        """Compose and fit (updates ``context.state``)."""
+        """Compose and fit (updates ``context.state``; left as it was when this raises)."""
+        with restored_on_error(context.state):
+            return self._apply(messages, context)
+
+    def _apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         plan, choice = self._compose(messages, context)
         details: dict[str, Any] = {"prompt_kind": choice.kind, "prompt_origin": choice.origin,
                    "encouragement_count": context.state.encouragement_count,
@@ -194,7 +205,7 @@ class TurnAwarePolicy(SimplePolicy):
             return PolicyOutcome(messages=messages, method="none", details=details)
         return PolicyOutcome(
             messages=fitted, method=self.name, targets=tuple(changed),
-            notes=(*_prompt_notes(choice, context, self.nudges),
+            notes=(*prompt_notes(choice, context.state, self.nudges),
                    *(f"over budget: {s}" for s in steps)),
             details=details,
         )
