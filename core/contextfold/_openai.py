@@ -214,17 +214,18 @@ def _read_function(fn: Any, index: int, where: str) -> tuple[str, str]:
 # -- writing ---------------------------------------------------------------------------
 
 
-def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_openai(messages: Sequence[Message], *, reasoning: bool = True) -> list[dict[str, Any]]:
     """Convert Messages into OpenAI chat-completions message dicts.
 
     Images are written as ``image_url`` parts (size and media type are not part of the
-    format), opaque parts verbatim, ``reasoning`` as ``reasoning_content``. The inverse of
-    :func:`from_openai` (see the module notes for what is normalised).
+    format), opaque parts verbatim, ``reasoning`` as ``reasoning_content`` unless
+    ``reasoning=False`` (some endpoints, DeepSeek's among them, reject it in requests).
+    The inverse of :func:`from_openai` (see the module notes for what is normalised).
     """
-    return [_write_message(m) for m in messages]
+    return [_write_message(m, reasoning) for m in messages]
 
 
-def _write_message(m: Message) -> dict[str, Any]:
+def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:
     wire: Mapping[str, Any] = m.metadata.get(OPENAI_KEY) or {}
     legacy = wire.get("legacy")
     out: dict[str, Any] = dict(wire.get("extra") or {})
@@ -238,7 +239,7 @@ def _write_message(m: Message) -> dict[str, Any]:
         out["content"] = content
     if m.name is not None:
         out["name"] = m.name
-    if m.reasoning is not None:
+    if m.reasoning is not None and with_reasoning:
         out["reasoning_content"] = m.reasoning
     if m.role == "tool" and legacy == "function":
         out["role"] = "function"

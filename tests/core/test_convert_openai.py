@@ -181,6 +181,8 @@ def test_reasoning_content_and_name() -> None:
     (m,) = cf.from_openai(raw)
     assert (m.reasoning, m.name) == ("6*7", "bot")
     assert cf.to_openai([m]) == raw
+    assert cf.to_openai([m], reasoning=False) == [{"role": "assistant", "content": "42",
+                                                   "name": "bot"}]
 
 
 # -- errors --------------------------------------------------------------------------------
