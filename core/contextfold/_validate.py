@@ -168,10 +168,11 @@ class _Matcher:
         return None
 
     def fresh(self, call_id: str) -> str:
+        """An unused id derived from ``call_id``, in the characters Anthropic accepts."""
         n = 2
-        while f"{call_id}~{n}" in self.ids:
+        while f"{call_id}_{n}" in self.ids:
             n += 1
-        new = f"{call_id}~{n}"
+        new = f"{call_id}_{n}"
         self.ids.add(new)
         return new
 

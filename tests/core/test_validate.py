@@ -100,7 +100,7 @@ def test_repair_renames_a_reused_call_id_and_its_result() -> None:
     fixed, notes = cf.repair(seq)
     assert cf.validate(fixed) == []
     assert [m.text for m in fixed] == ["hi", "", "1", "", "2"]
-    assert fixed[3].tool_calls[0].id == fixed[4].tool_call_id != "a"
+    assert fixed[3].tool_calls[0].id == fixed[4].tool_call_id == "a_2"
     assert [m.id for m in fixed] == [m.id for m in seq]
     assert len(notes) == 1
 
