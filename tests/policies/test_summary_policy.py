@@ -207,3 +207,21 @@ def test_valid_within_budget(counter, messages, window, summary_chars, ratio, fo
         folded = list(requests[0].messages)
         calls = {c.id for m in folded for c in m.tool_calls}
         assert calls == {m.tool_call_id for m in folded if m.role == "tool"}
+
+
+async def test_async_driver_and_compactor_resummarize_the_previous_summary(counter):
+    msgs = history(10)
+    budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 1.1))
+    summarizer = cf.ScriptedSummarizer(["First summary.", "Second summary."])
+    compactor = cf.Compactor(cf.SummaryPolicy(), budget, counter, summarizer=summarizer)
+    first = await compactor.acompact(msgs)
+    assert "First summary." in first.messages[1].text
+    grown = [*msgs, *(m for t in range(10, 20) for m in (
+        M("user", f"task {t}"), *loop(f"c{t}", f"file {t} " * 400), M("assistant", f"done {t}")))]
+    second = await compactor.acompact(grown)
+    assert summarizer.calls == 2
+    folded = "".join(m.text for m in summarizer.requests[1].messages)
+    assert "First summary." in folded  # the old summary was folded into the new one
+    assert "Second summary." in second.messages[1].text
+    assert [m.source for m in second.messages].count("summary") == 1
+    assert_valid_within(second.messages, budget, counter)
