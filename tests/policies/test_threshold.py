@@ -325,7 +325,7 @@ def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
     return ids
 
 
-@settings(max_examples=200)
+@settings(max_examples=max(200, settings.default.max_examples))  # central invariant
 @given(history=histories(max_turns=10), share=st.floats(0.6, 2.5), force=st.booleans(),
        known=st.none() | st.floats(0.5, 1.2))
 def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(

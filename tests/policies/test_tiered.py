@@ -273,7 +273,7 @@ def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> 
 # -- properties ----------------------------------------------------------------------
 
 
-@settings(max_examples=150)
+@settings(max_examples=max(150, settings.default.max_examples))  # central invariant
 @given(history=histories(max_turns=12), share=st.floats(0.5, 2.5), force=st.booleans())
 def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
     counter: cf.TokenCounter, history: list[cf.Message], share: float, force: bool
