@@ -75,8 +75,9 @@ def _without_images(message: Message, marker: str) -> Message:
 class StripImagesPass(SimplePolicy):
     """Replace analysed images with seed 004's marker (``"[Screenshot analyzed — ...]"``).
 
-    Runs on every call (it is cheap and changes a message only once). Images the model has
-    not seen yet (after the last assistant message) are kept.
+    It does not look at the budget: whenever it runs, every analysed image goes (a message
+    changes only once). Images the model has not seen yet (after the last assistant
+    message) are kept, since the marker would say they were analysed.
 
     Args:
         roles: the roles whose images are stripped; seed 004 strips tool results only,
