@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 RECIPE = Path(__file__).resolve().parents[2] / "cookbook" / "swarm_agents.py"
 
 
-def test_swarm_recipe(capsys):
+def test_swarm_recipe(capsys, monkeypatch):
     spec = importlib.util.spec_from_file_location("swarm_agents", RECIPE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "swarm_agents", module)  # dataclasses look it up
     spec.loader.exec_module(module)
     runs = module.main()
     one, two, three = runs["drone-1"], runs["drone-2"], runs["drone-3"]
