@@ -374,3 +374,15 @@ def test_threshold_repairs_imperfect_histories(
         assert exc.needed > exc.available
         return
     assert_valid_within(result.messages, budget, counter)
+
+
+async def test_async_driver_gives_the_same_result(counter: cf.TokenCounter) -> None:
+    history = email_history(8)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) / 0.8))
+    sync = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
+                      summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+    result = await cf.acompact(history, policy=cf.ThresholdPolicy(), budget=budget,
+                               counter=counter,
+                               summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+    assert [m.text for m in result.messages] == [m.text for m in sync.messages]
+    assert result.report.targets == sync.report.targets
