@@ -24,7 +24,7 @@ from langchain_core.tools import tool
 from lc_fakes import COUNTER, ToolCallingFakeModel, big_result
 
 import contextfold as cf
-from contextfold.testing import histories
+from contextfold.testing import assert_valid_within, histories
 from langchain_contextfold import CompactionMiddleware, from_core, to_core, with_compaction
 
 BUDGET = cf.Budget(context_window=6_000, output_reserve=1_000)
@@ -46,7 +46,7 @@ def send(messages: list[BaseMessage], policy: Any = None, **options: Any) -> lis
                             counter=COUNTER, **options)
     model.invoke(messages)
     request = fake.requests[-1]
-    cf.testing.assert_valid_within(request.core, BUDGET, COUNTER)
+    assert_valid_within(request.core, BUDGET, COUNTER)
     return request.core
 
 

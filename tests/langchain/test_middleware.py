@@ -1,0 +1,195 @@
+"""CompactionMiddleware and the LangGraph hooks: idle, overflow retry, stream events."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ModelRequest, ModelResponse
+from langchain_core.exceptions import ContextOverflowError
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
+
+import contextfold as cf
+from contextfold.testing import assert_valid_within
+from langchain_contextfold import (
+    COMPACTION_EVENT,
+    CompactionHook,
+    CompactionMiddleware,
+    to_core,
+)
+
+BUDGET = cf.Budget(context_window=12_000, output_reserve=2_000)
+
+
+@tool
+def fetch_page(page: int, part: int = 0) -> str:
+    """Fetch one part of a page (large)."""
+    return big_result(page, part, 1500)
+
+
+def middleware(policy: Any = None) -> CompactionMiddleware:
+    return CompactionMiddleware(policy=policy or cf.ThresholdPolicy(), budget=BUDGET,
+                                counter=COUNTER, summarizer=cf.ExtractiveSummarizer())
+
+
+def loop_history(rounds: int, prompt: bool = True) -> list[BaseMessage]:
+    history: list[BaseMessage] = [HumanMessage("Fetch the pages")] if prompt else []
+    for page in range(rounds):
+        reply = AIMessage("", tool_calls=[{"name": "fetch_page", "args": {"page": page},
+                                           "id": f"c{page}"}])
+        history += [reply, *tool_round(reply, 800)]
+    return history
+
+
+class Handler:
+    """Plays the model behind the middleware: records requests, fails on demand."""
+
+    def __init__(self, failures: list[Exception] | None = None) -> None:
+        self.requests: list[ModelRequest] = []
+        self.failures = list(failures or [])
+
+    def __call__(self, request: ModelRequest) -> ModelResponse[Any]:
+        self.requests.append(request)
+        if self.failures:
+            raise self.failures.pop(0)
+        return ModelResponse(result=[AIMessage("ok", usage_metadata={
+            "input_tokens": 100, "output_tokens": 1, "total_tokens": 101})])
+
+    def tokens(self, i: int) -> int:
+        request = self.requests[i]
+        messages = [request.system_message, *request.messages] if request.system_message \
+            else request.messages
+        return COUNTER.count_messages(to_core(messages))
+
+
+def request_for(messages: list[BaseMessage], system: str | None = "You fetch pages.") -> Any:
+    return ModelRequest(model=ToolCallingFakeModel(), messages=messages,
+                        system_message=SystemMessage(system) if system else None,
+                        tools=[fetch_page], state={"messages": messages})
+
+
+def test_request_is_compacted_and_the_state_is_not() -> None:
+    history = loop_history(30)
+    request = request_for(history)
+    handler = Handler()
+    result = middleware().wrap_model_call(request, handler)
+    assert result.result[0].content == "ok"
+    sent = handler.requests[0]
+    assert sent.system_message is request.system_message  # the prompt is kept as is
+    assert request.messages is history and len(history) == 61  # the state is untouched
+    sent_tokens = COUNTER.count_messages(to_core(sent.messages))
+    assert sent_tokens < COUNTER.count_messages(to_core(history))
+    assert_valid_within(to_core([sent.system_message, *sent.messages]), BUDGET,
+                                   COUNTER, COUNTER.count_tools(
+                                       middleware().engine.tool_dicts([fetch_page])))
+
+
+def test_overflow_is_retried_with_forced_compaction() -> None:
+    history = loop_history(6)
+    handler = Handler([ContextOverflowError("prompt is too long: 9000 tokens > 4000 maximum")])
+    result = middleware(cf.TruncationPolicy()).wrap_model_call(request_for(history), handler)
+    assert result.result[0].content == "ok"
+    assert len(handler.requests) == 2 and handler.tokens(1) < handler.tokens(0)
+
+
+async def test_async_overflow_is_retried() -> None:
+    history = loop_history(6)
+    handler = Handler([ContextOverflowError("context window exceeded")])
+
+    async def ahandler(request: ModelRequest) -> ModelResponse[Any]:
+        return handler(request)
+
+    mw = middleware(cf.TruncationPolicy())
+    result = await mw.awrap_model_call(request_for(history), ahandler)
+    assert result.result[0].content == "ok" and len(handler.requests) == 2
+
+
+def test_idle_conversation_ends_the_agent_loop() -> None:
+    """No real prompt in sight (seed 001): two nudged calls, then the loop ends."""
+    mw = middleware(cf.LoopSlicePolicy(max_context_messages=3))
+    handler = Handler()
+    history = loop_history(3, prompt=False)
+    results = []
+    for _ in range(4):
+        results.append(mw.wrap_model_call(request_for(history), handler))
+        history = [*history, AIMessage("still working")]
+    assert len(handler.requests) == 2
+    nudges = [m for r in handler.requests for m in r.messages if isinstance(m, HumanMessage)]
+    assert len(nudges) == 2
+    idle = results[2]
+    assert isinstance(idle, AIMessage) and not idle.tool_calls and "idle" in str(idle.content)
+
+
+def test_compaction_events_reach_the_custom_stream() -> None:
+    model = ToolCallingFakeModel(rounds=12)
+    agent = create_agent(model, [fetch_page], system_prompt="You fetch pages.",
+                         middleware=[middleware()])
+    custom = [chunk for mode, chunk in agent.stream(
+        {"messages": [HumanMessage("Fetch")]}, config={"recursion_limit": 100},
+        stream_mode=["custom", "values"]) if mode == "custom"]
+    reports = [c[COMPACTION_EVENT] for c in custom if COMPACTION_EVENT in c]
+    assert reports and all(r["tokens_after"] <= BUDGET.input_budget for r in reports)
+
+
+async def test_compaction_events_reach_astream_events() -> None:
+    model = ToolCallingFakeModel(rounds=12)
+    agent = create_agent(model, [fetch_page], system_prompt="You fetch pages.",
+                         middleware=[middleware()])
+    names = [e["name"] async for e in agent.astream_events(
+        {"messages": [HumanMessage("Fetch")]}, config={"recursion_limit": 100}, version="v2")
+        if e["event"] == "on_custom_event"]
+    assert names and set(names) == {COMPACTION_EVENT}
+
+
+def test_threads_are_compacted_apart() -> None:
+    model = ToolCallingFakeModel(rounds=0, check_sequence=False)
+    mw = middleware()
+    agent = create_agent(model, [fetch_page], middleware=[mw])
+    for thread in ("a", "b"):
+        agent.invoke({"messages": [HumanMessage("x")]},
+                     config={"configurable": {"thread_id": thread}})
+    assert {"a", "b"} <= set(mw.engine._conversations)
+
+
+def test_pre_model_hook_never_returns_an_empty_list() -> None:
+    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER)
+    assert hook._pre({"messages": []}, {}) == {"llm_input_messages": []}
+    out = hook._pre({"messages": loop_history(20)}, {})["llm_input_messages"]
+    assert out and cf.validate(to_core(out)) == []
+
+
+def test_post_model_hook_calibrates() -> None:
+    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER)
+    history = loop_history(2)
+    hook._pre({"messages": history}, {"configurable": {"thread_id": "t"}})
+    reply = AIMessage("x", usage_metadata={"input_tokens": 9_999, "output_tokens": 5,
+                                           "total_tokens": 10_004})
+    hook._post({"messages": [*history, reply]}, {"configurable": {"thread_id": "t"}})
+    compactor = hook.engine.conversation("t").compactor
+    assert compactor._known == 9_999 and compactor.last_output_tokens == 5
+
+
+def test_react_agent_idle_and_deprecation_are_handled() -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    hook = CompactionHook(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                          summarizer=cf.ExtractiveSummarizer())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        agent = create_react_agent(ToolCallingFakeModel(rounds=3), [fetch_page],
+                                   pre_model_hook=hook.pre_model_hook)
+    state = agent.invoke({"messages": [HumanMessage("go")]})
+    assert state["messages"][-1].content.startswith("Done after 3")
+
+
+@pytest.mark.parametrize("system", [None, "Be brief."])
+def test_system_prompt_variants(system: str | None) -> None:
+    handler = Handler()
+    middleware().wrap_model_call(request_for(loop_history(25), system), handler)
+    sent = handler.requests[0]
+    assert (sent.system_message is None) == (system is None)
+    assert not isinstance(sent.messages[0], SystemMessage)
