@@ -41,7 +41,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
     Args:
         history: the history that keeps every message; ``None`` keeps them in ``store``.
         policy: the compaction policy.
-        budget: the model's token budget.
+        budget: the budget of the history's part of the prompt: leave room for what the
+            prompt adds around it (system prompt, the new question).
         summarizer: makes summaries; default ``cf.ExtractiveSummarizer``.
         store: a contextfold store that also receives every message (searchable).
         conversation_id: the conversation's key in the store (the session id).
