@@ -126,14 +126,16 @@ def test_passes_two_and_three_go_oldest_first_and_spare_the_first_user(
         history.append(cf.Message(role="assistant", content=words(4_000, f"a{k}"),
                                   reasoning=words(2_000, f"why{k}")))
     window = int(counter.count_messages(history) / 0.8)
-    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    policy = cf.ThresholdPolicy(protect_recent=1, summary_max_share=0.05)
+    outcome, _ = drive(policy, history, context_for(counter, window))
+    assert not [t for t in outcome.targets if t.method == "dropped"]
     truncated = sorted(t.index for t in outcome.targets if t.method == "truncated")
-    assert outcome.details["passes"] == {"assistant": 3, "user": 2}
     assistants = [i for i in truncated if history[i].role == "assistant"]
     users = [i for i in truncated if history[i].role == "user"]
-    assert assistants == [1, 3, 5][: len(assistants)] and assistants  # oldest first
-    assert 0 not in users  # the first user message
-    assert not {6, 8, 10} & set(users) and not {7, 9, 11} & set(assistants)  # 3 most recent
+    assert assistants == [1, 3, 5, 7, 9]  # pass 2 took every older assistant message
+    assert users and users == [2, 4, 6, 8][: len(users)]  # then pass 3, oldest first
+    assert outcome.details["passes"] == {"assistant": 5, "user": len(users)}
+    assert 0 not in truncated and 10 not in truncated and 11 not in truncated
     for i in assistants:
         new = next(m for m in outcome.messages if m.id == history[i].id)
         assert new.reasoning is None

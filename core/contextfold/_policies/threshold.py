@@ -18,10 +18,10 @@ When the input passes ``budget.trigger`` (75%) the policy compacts it towards
 
 Degradation, when truncating every eligible message is not enough: whole groups
 (an assistant message with its tool results, or a standalone message) that hold no
-protected message are dropped, oldest first, until the projection is under the trigger
-(dropping loses in-flight text, so it goes no further than needed to stop compaction
-re-triggering at once; the store keeps the full history and the summary covers what was
-dropped). Then a summary that does not fit is cut head+tail, then replaced by the notice.
+protected message are dropped, oldest first, until the projection reaches the target.
+Their full text goes into the summary request with the truncated targets, so the summary
+covers them, and the store keeps the full history. Then a summary that does not fit under
+the trigger is cut head+tail, then replaced by the notice.
 :class:`~contextfold.BudgetExceededError` is raised only when the protected messages and
 the notice do not fit the input budget.
 
@@ -200,7 +200,7 @@ class ThresholdPolicy:
         )
         projected = context.measure(work) + offset + plan.reserve
         saved = self._select(plan, context, projected - context.budget.target_tokens)
-        excess = projected - saved - context.budget.trigger_tokens
+        excess = projected - saved - context.budget.target_tokens
         if excess > 0:
             self._drop(plan, context, excess)
         return plan
