@@ -11,6 +11,7 @@ from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
+from pydantic import Field
 
 import contextfold as cf
 from contextfold.testing import assert_valid_within
@@ -136,8 +137,8 @@ def request(instructions: str = "Summarize: TASK, PROGRESS.") -> cf.SummaryReque
 
 
 class Recording(GenericFakeChatModel):
-    seen: list[list[BaseMessage]] = []
-    configs: list[Any] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+    configs: list[Any] = Field(default_factory=list)
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
         self.seen.append(list(input))
@@ -146,8 +147,7 @@ class Recording(GenericFakeChatModel):
 
 
 async def test_chat_model_summarizer_sync_and_async() -> None:
-    model = Recording(messages=iter(["TASK: fetch pages", AIMessage("PROGRESS: 2 pages")]),
-                      seen=[], configs=[])
+    model = Recording(messages=iter(["TASK: fetch pages", AIMessage("PROGRESS: 2 pages")]))
     summarizer = ChatModelSummarizer(model)
     assert summarizer.summarize(request()) == "TASK: fetch pages"
     assert await summarizer.asummarize(request()) == "PROGRESS: 2 pages"
