@@ -224,9 +224,10 @@ def _is_slice(out: list[cf.Message], n_sys: int) -> bool:
         {m.tool_call_id for m in tail[1:]} == {c.id for c in tail[0].tool_calls}
 
 
-@settings(max_examples=200)
+@settings(max_examples=max(200, settings.default.max_examples))
 @given(
-    histories(max_turns=6, max_tool_chars=12_000),
+    st.one_of(histories(max_turns=6, max_tool_chars=12_000),
+              histories(max_turns=6, max_tool_chars=12_000, imperfect=True)),
     st.integers(200, 12_000),
     st.integers(1, 30),
 )

@@ -174,9 +174,10 @@ _ALLOWED = {
 }
 
 
-@settings(max_examples=150)
+@settings(max_examples=max(150, settings.default.max_examples))
 @given(
-    histories(max_turns=8, max_tool_chars=8_000),
+    st.one_of(histories(max_turns=8, max_tool_chars=8_000),
+              histories(max_turns=8, max_tool_chars=8_000, imperfect=True)),
     st.integers(300, 20_000),
     st.one_of(st.none(), st.integers(0, 30_000)),
     st.floats(0.05, 0.9),
