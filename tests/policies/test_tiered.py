@@ -309,3 +309,20 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
         assert positions == sorted(positions)
     assert {r.purpose for r in summarizer.requests} <= {"tier1", "tier2", "tier3"}
     assert len(summarizer.requests) <= 3
+
+
+def test_a_group_straddling_a_tier_boundary_joins_the_recent_tier(
+    counter: cf.TokenCounter,
+) -> None:
+    calls = tuple(cf.ToolCall(f"c{k}", "fetch") for k in range(3))
+    loop = [cf.Message(role="assistant", tool_calls=calls),
+            *(cf.Message(role="tool", tool_call_id=c.id, content="plain text result")
+              for c in calls)]
+    history = [*chatter(40), *loop, *chatter(8)]  # the loop holds positions 9-12 from the end
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.TieredPolicy(residuals_enabled=False), history,
+                              context_for(counter, window))
+    assert all(m in outcome.messages for m in loop)  # kept raw, whole
+    assert not any(m in r.messages for r in requests for m in loop)
+    assert outcome.details["tiers"]["tier0"] == 12
+    assert cf.validate(outcome.messages) == []
