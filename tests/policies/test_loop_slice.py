@@ -270,3 +270,21 @@ def test_the_loop_is_the_latest_one_and_unchanged_when_it_fits(counter, messages
     if kept:
         assert kept[0] is loops[-1].head
         assert out[-len(loops[-1]):] == list(loops[-1].messages)
+
+
+@given(histories(max_turns=5, max_tool_chars=6_000), st.integers(600, 6_000))
+def test_call_by_call_through_the_compactor(counter, messages, window):
+    """As an agent loop uses it: the history grows, every call gets a valid slice."""
+    budget = cf.Budget(context_window=window)
+    compactor = cf.Compactor(cf.LoopSlicePolicy(), budget, counter)
+    cuts = [i for i, m in enumerate(messages) if m.role == "assistant"] + [len(messages)]
+    for cut in cuts:
+        try:
+            out = compactor.compact(messages[:cut]).messages
+        except cf.BudgetExceededError as exc:
+            assert exc.what == "the system prompt and the prompt source"
+            continue
+        assert_valid_within(out, budget, counter)
+        n_sys = next(k for k, m in enumerate(out) if m.role not in ("system", "developer"))
+        assert _is_slice(out, n_sys)
+        assert compactor.state.encouragement_count <= 3
