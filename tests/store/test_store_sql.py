@@ -140,6 +140,7 @@ def test_search_sql_quotes_every_term_and_binds_every_value() -> None:
     assert sqlite.fts_query(["iron", 'say "hi"', "NEAR(x"]) == '"iron" "say ""hi""" "NEAR(x"'
     sql = sqlite.search_sql("messages")
     assert 'MATCH ? AND t."conversation_id" = ?' in sql and "bm25(" in sql
+    assert "snippet(" not in sql and "LIMIT 50)" in sqlite.search_sql("messages", 50)
     assert 't."swarm_id" = ?' in sqlite.search_sql("broadcasts")
     assert '"reasoning_tsv" @@' in postgres_search_sql("reasoning")
     assert "plainto_tsquery" in postgres_search_sql("messages")
@@ -168,3 +169,14 @@ def test_sqlite_file_stays_consistent_after_deletes(backend: str, open_store: Op
 def test_sqlite_uses_wal(backend: str, open_store: Opener) -> None:
     store = open_store()
     assert raw_sql(store, None, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_search_window_ranks_only_the_most_recent_matches(tmp_path: Path) -> None:
+    with cf.SQLiteStore(tmp_path / "w.db", search_window=3) as store:
+        store.append("c", [cf.Message("user", f"iron {i}") for i in range(6)])
+        store.append("other", [cf.Message("user", "iron elsewhere")] * 5)
+        assert sorted(h.position for h in store.search_messages("c", "iron")) == [3, 4, 5]
+    with cf.SQLiteStore(tmp_path / "w.db", search_window=None) as store:
+        assert len(store.search_messages("c", "iron")) == 6
+    with pytest.raises(cf.ConfigurationError, match="search_window"):
+        cf.SQLiteStore(tmp_path / "w.db", search_window=0)

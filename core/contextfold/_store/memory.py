@@ -16,6 +16,7 @@ from typing import Literal
 
 from .._messages import Message
 from ._codec import encode, search_text
+from ._snippet import make_snippet
 from .base import BaseStore, SearchHit, SearchKind
 
 __all__ = ["MemoryStore"]
@@ -101,7 +102,7 @@ class MemoryStore(BaseStore):
             SearchHit(
                 message=rows[i].message, conversation_id=owner, position=rows[i].position,
                 role=rows[i].message.role, source=rows[i].message.source,
-                snippet=_snippet(texts[i], terms), created_at=rows[i].message.created_at,
+                snippet=make_snippet(texts[i], terms), created_at=rows[i].message.created_at,
                 score=score, handle=f"{prefix}:{rows[i].row_id}",
             )
             for i, score in scored
@@ -198,23 +199,3 @@ def _bm25(texts: list[str], words: list[str], k1: float = 1.2, b: float = 0.75
             score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[i] / (average or 1)))
         out.append((i, score))
     return out
-
-
-def _snippet(text: str, terms: list[str], width: int = 160) -> str:
-    """A window of ``text`` around the first matched word, matched words in brackets."""
-    words = {w.lower() for t in terms for w in _WORDS.findall(t)}
-    spans = [m.span() for m in _WORDS.finditer(text) if m.group().lower() in words]
-    if not spans:
-        return text[:width]
-    start = max(0, spans[0][0] - width // 3)
-    end = min(len(text), start + width)
-    out, cursor = [], start
-    for s, e in spans:
-        if s < start or e > end:
-            continue
-        out.append(text[cursor:s] + "[" + text[s:e] + "]")
-        cursor = e
-    out.append(text[cursor:end])
-    prefix = "…" if start > 0 else ""
-    suffix = "…" if end < len(text) else ""
-    return prefix + "".join(out) + suffix

@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import StoreError
+from .._errors import ConfigurationError, StoreError
 from .._messages import Message
 from ._codec import decode_row, dumps, search_text
 from ._migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
+from ._snippet import make_snippet
 from .base import BaseStore, SearchHit, SearchKind, Tracer
 
 __all__ = ["SQLiteStore", "fts_query", "search_sql"]
@@ -56,12 +57,21 @@ def fts_query(terms: Sequence[str]) -> str:
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def search_sql(kind: SearchKind) -> str:
-    """The ranked search statement for ``kind``; binds (fts query, owner id, limit)."""
+def search_sql(kind: SearchKind, window: int | None = None) -> str:
+    """Ranks matches by BM25, best first; binds (fts query, owner id, limit).
+
+    With ``window``, only the owner's ``window`` most recent matches are ranked, so the
+    cost stays flat however many old messages a common word matches. Only row ids and
+    ranks are read here: snippets and bodies come afterwards for the winners alone
+    (``SQLiteStore._search``).
+    """
     fts, table, owner = _TABLES[kind]
-    return f"""SELECT t."id", t."{owner}", t."position", t."body", bm25({fts}) AS "rank",
-    snippet({fts}, 0, '[', ']', '…', 24) FROM {fts} JOIN {table} AS t ON t."id" = {fts}.rowid
-    WHERE {fts} MATCH ? AND t."{owner}" = ? ORDER BY "rank", t."id" DESC LIMIT ?"""
+    matches = f"""SELECT {fts}.rowid AS "id", bm25({fts}) AS "rank" FROM {fts}
+    JOIN {table} AS t ON t."id" = {fts}.rowid WHERE {fts} MATCH ? AND t."{owner}" = ?"""
+    if window is None:
+        return f"""{matches} ORDER BY "rank", {fts}.rowid DESC LIMIT ?"""
+    return f"""SELECT "id", "rank" FROM ({matches} ORDER BY {fts}.rowid DESC
+    LIMIT {int(window)}) ORDER BY "rank", "id" DESC LIMIT ?"""
 
 
 class SQLiteStore(BaseStore):
@@ -71,6 +81,9 @@ class SQLiteStore(BaseStore):
         path: the database file; created with its schema when missing.
         tracer: called with ``(sql, params)`` before every statement.
         timeout: seconds to wait for another process's write lock.
+        search_window: searches rank (BM25) the conversation's most recent
+            ``search_window`` matches, so latency stays flat as the history grows;
+            ``None`` ranks every match.
 
     One connection is shared by the store's threads behind a lock; open one store per
     process (SQLite itself serialises writers across processes).
@@ -78,9 +91,13 @@ class SQLiteStore(BaseStore):
 
     def __init__(
         self, path: str | Path = ":memory:", *, tracer: Tracer | None = None,
-        timeout: float = 30.0,
+        timeout: float = 30.0, search_window: int | None = 2_000,
     ) -> None:
+        if search_window is not None and (
+                not isinstance(search_window, int) or search_window < 1):
+            raise ConfigurationError(f"search_window must be None or >= 1, got {search_window!r}")
         self.path = str(path)
+        self.search_window = search_window
         self.tracer = tracer
         self._lock = threading.RLock()
         with _guard():
@@ -88,7 +105,8 @@ class SQLiteStore(BaseStore):
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
         try:
-            for pragma in ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL"):
+            for pragma in ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL",
+                           "PRAGMA cache_size = -32000"):
                 self._exec(pragma)
             self._migrate()
         except BaseException:
@@ -187,16 +205,32 @@ class SQLiteStore(BaseStore):
     def _search(
         self, kind: SearchKind, owner: str, terms: list[str], limit: int
     ) -> list[SearchHit]:
-        rows = self._rows(search_sql(kind), (fts_query(terms), owner, limit))
-        table = _TABLES[kind][1]
+        _, table, _ = _TABLES[kind]
+        text = "reasoning" if kind == "reasoning" else "search_text"
+        with self._lock:
+            self._exec("BEGIN")  # one snapshot for both statements
+            try:
+                ranked = self._rows(search_sql(kind, self.search_window),
+                                    (fts_query(terms), owner, limit))
+                marks = ", ".join("?" * len(ranked))
+                rows = self._rows(
+                    f'SELECT "id", "position", "body", "{text}" FROM {table} '
+                    f'WHERE "id" IN ({marks})', [r[0] for r in ranked]) if ranked else []
+            finally:
+                self._exec("COMMIT")
+        by_id = {row[0]: row for row in rows}
         prefix = "b" if kind == "broadcasts" else "m"
         hits = []
-        for row_id, owner_id, position, body, rank, snippet in rows:
+        for row_id, rank in ranked:
+            if row_id not in by_id:
+                continue
+            _, position, body, indexed = by_id[row_id]
             message = decode_row(table, row_id, body)
             hits.append(SearchHit(
-                message=message, conversation_id=owner_id, position=position,
-                role=message.role, source=message.source, snippet=snippet or "",
-                created_at=message.created_at, score=-float(rank), handle=f"{prefix}:{row_id}",
+                message=message, conversation_id=owner, position=position,
+                role=message.role, source=message.source,
+                snippet=make_snippet(indexed or "", terms), created_at=message.created_at,
+                score=-float(rank), handle=f"{prefix}:{row_id}",
             ))
         return hits
 
