@@ -86,7 +86,7 @@ class NudgeConfig:
     """Nudge texts by attempt: the first for the first nudge and so on; the last repeats."""
     max_encouragements: int = 3
     """Consecutive nudges after which the conversation turns idle."""
-    search_guidance: str = "Context is limited: use your search tools for older information."
+    search_guidance: str = "Context is limited - use search tools for older information."
     """Appended to the nudge when a policy enables ``include_search_guidance``."""
 
     def __post_init__(self) -> None:
