@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -283,3 +284,24 @@ def test_own_broadcast_wins_over_the_swarm_fallback(store: cf.BaseStore) -> None
     newer = store.broadcast(swarm, "swarm chatter", sender_id="b", recipients=[a])
     assert store.most_recent_broadcast(a) == newer
     assert store.most_recent_broadcast(a, swarm) == newer
+
+
+def test_threads_sharing_one_store_lose_nothing(store: cf.BaseStore) -> None:
+    conv = _conv()
+
+    def write(worker: int) -> None:
+        for i in range(25):
+            store.append(conv, [cf.Message("user", f"{worker}-{i}-a", id=f"{worker}-{i}-a"),
+                                cf.Message("user", f"{worker}-{i}-b", id=f"{worker}-{i}-b")])
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [m.id for m in store.load(conv)]
+    assert len(ids) == len(set(ids)) == 200
+    for k in range(4):
+        assert [i for i in ids if i.startswith(f"{k}-")] == [
+            f"{k}-{i}-{s}" for i in range(25) for s in "ab"]
+    assert all(ids[j][:-1] == ids[j + 1][:-1] for j in range(0, 200, 2))  # batches whole
