@@ -15,7 +15,8 @@ RECIPES = sorted(p for p in COOKBOOK.glob("*.py") if not p.name.startswith("_"))
 
 def test_the_cookbook_has_its_recipes() -> None:
     names = {p.stem for p in RECIPES}
-    assert {"choosing_policies", "reading_events", "swarm_broadcasts", "search_tools"} <= names
+    assert {"choosing_policies", "reading_events", "swarm_agents", "search_tools",
+            "postgres_workers"} <= names
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
