@@ -43,8 +43,10 @@ _contextfold_postgres() {
     echo "$port" >"$base/port"
   fi
 
-  if ! "$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
-      "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
+  local exists
+  exists=$("$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname = '$db'")
+  if [ "$exists" != 1 ]; then
     "$bindir/createdb" -h 127.0.0.1 -p "$port" -U postgres "$db"
   fi
   export CONTEXTFOLD_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/$db"
