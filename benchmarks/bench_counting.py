@@ -97,23 +97,21 @@ def rows_for(n: int, repeat: int) -> list[dict[str, Any]]:
     lc_count = langchain_tiktoken_counter(counter.encoding)
     label = f"{n // 1000}k msgs"
 
-    cold_inputs: list[list[cf.Message]] = []
-    cold = best_of(
-        lambda: counter.count_messages(cold_inputs[-1]),
-        repeat=max(1, repeat // 3),
-        setup=lambda: cold_inputs.append(fresh(base)),
-    )
-    warm_history = cold_inputs[-1]
+    current: list[list[cf.Message]] = [base]
+
+    def renew() -> None:  # fresh objects: nothing cached (only the last list is kept)
+        current[0] = fresh(base)
+
+    cold = best_of(lambda: counter.count_messages(current[0]), max(1, repeat // 3), renew)
+    warm_history = current[0]
     counter.count_messages(warm_history)
     warm = best_of(lambda: counter.count_messages(warm_history), repeat=repeat * 4)
-    # An agent loop: each call sends the previous call's list plus one new message.
-    grown_inputs: list[list[cf.Message]] = [warm_history]
     extra = cf.Message(role="user", content="And the next item, please.")
-    grown = best_of(
-        lambda: counter.count_messages(grown_inputs[-1]),
-        repeat=repeat * 4,
-        setup=lambda: grown_inputs.append([*grown_inputs[-1], dataclasses.replace(extra)]),
-    )
+
+    def grow() -> None:  # an agent loop: the previous call's list plus one new message
+        current[0] = [*current[0], dataclasses.replace(extra)]
+
+    grown = best_of(lambda: counter.count_messages(current[0]), repeat * 4, grow)
     peer = best_of(lambda: lc_count(lc), repeat=max(1, repeat // 3))
     approx = best_of(lambda: count_tokens_approximately(lc), repeat=repeat)
     ours_total, peer_total = counter.count_messages(warm_history), lc_count(lc)

@@ -67,21 +67,19 @@ def rows_for(n: int, repeat: int) -> list[dict[str, Any]]:
     label = f"{n // 1000}k msgs"
     extra = cf.Message(role="user", content="Next item, please.")
 
-    inputs: list[list[cf.Message]] = []
-    cold = best_of(
-        lambda: ours(inputs[-1], counter, "oldest_first"),
-        repeat=max(1, repeat // 2),
-        setup=lambda: inputs.append(fresh(base)),
-    )
-    warm_base = inputs[-1]
-    # An agent loop: each call sends the previous call's history plus one new message.
-    nexts: list[list[cf.Message]] = [warm_base]
+    current: list[list[cf.Message]] = [base]
+
+    def renew() -> None:  # fresh objects: nothing cached (only the last list is kept)
+        current[0] = fresh(base)
+
+    cold = best_of(lambda: ours(current[0], counter, "oldest_first"), max(1, repeat // 2), renew)
+    warm_base = current[0]
+
+    def grow() -> None:  # an agent loop: the previous call's list plus one new message
+        current[0] = [*current[0], dataclasses.replace(extra)]
+
     warm = {
-        strategy: best_of(
-            lambda s=strategy: ours(nexts[-1], counter, s),
-            repeat=repeat * 2,
-            setup=lambda: nexts.append([*nexts[-1], dataclasses.replace(extra)]),
-        )
+        strategy: best_of(lambda s=strategy: ours(current[0], counter, s), repeat * 2, grow)
         for strategy in ("oldest_first", "middle_out")
     }
     peer = best_of(lambda: trim(lc, lc_count), repeat=max(1, repeat // 2))

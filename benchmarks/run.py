@@ -28,12 +28,14 @@ notes     str       the peer's name and anything needed to read the row
 The runner prints one table for all modules and writes each module's rows to
 ``benchmarks/results/<name>.json`` (git-ignored) with the machine and versions. A module
 can be run on its own (``python benchmarks/bench_counting.py``); it calls :func:`main`.
-Timing helpers for modules: :func:`best_of` (fastest of several runs, in ms).
+Timing helper for modules: :func:`best_of` (fastest of several runs, in ms, with the
+garbage collector paused during each run as ``timeit`` does).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import platform
@@ -53,15 +55,21 @@ Row = dict[str, Any]
 def best_of(
     fn: Callable[[], object], repeat: int = 5, setup: Callable[[], object] | None = None
 ) -> float:
-    """The fastest of ``repeat`` runs of ``fn`` in milliseconds (``setup`` runs untimed
-    before each run)."""
+    """The fastest of ``repeat`` runs of ``fn`` in milliseconds. ``setup`` runs untimed
+    before each run; as in ``timeit``, the garbage collector is off while ``fn`` runs
+    (after a collection), so a pause caused by earlier allocations is not charged to it."""
     best = float("inf")
     for _ in range(max(1, repeat)):
         if setup is not None:
             setup()
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
+        gc.collect()
+        gc.disable()
+        try:
+            started = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - started)
+        finally:
+            gc.enable()
     return best * 1000
 
 
