@@ -146,6 +146,9 @@ class CompactionContext:
     """The history store, when one is configured (sliding-window lookups)."""
     conversation_id: str | None = None
     """The conversation's key in the store."""
+    references: Any = None
+    """The in-memory ``ReferenceCache`` that keeps originals behind handles when the store
+    does not (labels then say how many originals stay readable)."""
 
     @property
     def available(self) -> int:
