@@ -25,6 +25,7 @@ from ._policy import (
     SummaryReply,
     SummaryRequest,
 )
+from ._references import default_references, persist_originals
 from ._result import CompactionReport, CompactionResult
 from ._summary_service import SummaryService
 from ._validate import repair, validate
@@ -70,6 +71,7 @@ def prepare(
     state: ConversationState | None = None,
     store: Any = None,
     conversation_id: str | None = None,
+    references: Any = None,
 ) -> tuple[Sequence[Message], tuple[str, ...], CompactionContext]:
     """Repair the in-flight view if needed and build the policy's context."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
@@ -96,6 +98,7 @@ def prepare(
         state=state if state is not None else ConversationState(),
         store=store,
         conversation_id=conversation_id,
+        references=references,
     )
     return view, repairs, context
 
@@ -181,13 +184,13 @@ def compact(
     started = time.perf_counter()
     view, repairs, context = prepare(
         messages, budget=budget, counter=counter, tools=tools, force=force,
-        known_tokens=known_tokens, now=now,
+        known_tokens=known_tokens, now=now, references=default_references(),
     )
     service = SummaryService(summarizer, counter=context.counter)
     outcome = drive_sync(policy.run(view, context), service.answer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started, details={"summary": service.details()},
+        notes=tuple(service.notes), started=started, details=_details(service, view, outcome),
     )
 
 
@@ -207,11 +210,20 @@ async def acompact(
     started = time.perf_counter()
     view, repairs, context = prepare(
         messages, budget=budget, counter=counter, tools=tools, force=force,
-        known_tokens=known_tokens, now=now,
+        known_tokens=known_tokens, now=now, references=default_references(),
     )
     service = SummaryService(summarizer, counter=context.counter)
     outcome = await drive_async(policy.run(view, context), service.aanswer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started, details={"summary": service.details()},
+        notes=tuple(service.notes), started=started, details=_details(service, view, outcome),
     )
+
+
+def _details(
+    service: SummaryService, view: Sequence[Message], outcome: PolicyOutcome
+) -> dict[str, Any]:
+    """The driver's details; keeps the originals behind the outcome's handles first
+    (in the module-level reference cache: plain calls have no store)."""
+    kept = persist_originals(view, outcome.targets, cache=default_references())
+    return {"summary": service.details(), **({"references": kept} if kept else {})}
