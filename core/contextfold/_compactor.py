@@ -42,8 +42,10 @@ from ._events import (
     emit,
 )
 from ._extractive import ExtractiveSummarizer
+from ._learning import learned_in, learning_of
 from ._messages import Message
 from ._policy import CompactionContext, ConversationState, Policy, PolicyOutcome
+from ._references import ReferenceCache, persist_originals
 from ._result import CompactionReport, CompactionResult
 from ._structure import SYSTEM_ROLES
 from ._summary_cache import LRUSummaryCache, SummaryCache, cache_for
@@ -92,6 +94,8 @@ class Compactor:
         on_summary_failure: ``"extractive"`` (the fallback summary) or ``"notice"`` (the
             policy writes seed 004's notice) when the summarizer fails.
         listeners: callables receiving :mod:`events <contextfold._events>`.
+        references: where originals behind handles are kept when the store does not keep
+            them (no store, or no ``conversation_id``); default ``ReferenceCache()``.
 
     Not thread-safe: one compactor serves one conversation, one call at a time.
     """
@@ -122,6 +126,7 @@ class Compactor:
         cache: SummaryCache | None = None,
         on_summary_failure: OnSummaryFailure = "extractive",
         listeners: Sequence[Listener] = (),
+        references: ReferenceCache | None = None,
     ) -> None:
         if not callable(getattr(policy, "run", None)):
             raise ConfigurationError(f"policy must have a run() method, got {policy!r}")
@@ -144,6 +149,7 @@ class Compactor:
         self.cache = cache_for(cache if cache is not None else LRUSummaryCache(), store)
         self.on_summary_failure: OnSummaryFailure = on_summary_failure
         self._listeners: list[Listener] = list(listeners)
+        self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
         self._tools_seen: tuple[object, int] = (None, 0)
@@ -330,7 +336,7 @@ class Compactor:
         return prepare(
             plan.base, budget=self.budget, counter=self.counter, tools=plan.tools,
             force=plan.force, known_tokens=plan.known, state=self._state, store=self.store,
-            conversation_id=self.conversation_id,
+            conversation_id=self.conversation_id, references=self.references,
         )
 
     def _service(self, counter: TokenCounter) -> SummaryService:
@@ -347,7 +353,8 @@ class Compactor:
             plan.base, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
             notes=tuple(service.notes), started=plan.started,
             details={"summary": service.details(), "known_tokens": plan.known,
-                     "incremental": plan.new_tokens is not None},
+                     "incremental": plan.new_tokens is not None,
+                     **self._keep_originals(view, outcome)},
         )
         report = result.report
         changed = outcome.messages is not view or bool(repairs)
@@ -380,6 +387,16 @@ class Compactor:
             self._since += plan.new_tokens
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _keep_originals(self, view: Sequence[Message], outcome: PolicyOutcome) -> dict[str, Any]:
+        """Keep the originals behind the outcome's handles; the report's figures."""
+        kept = persist_originals(
+            view, outcome.targets, store=self.store, cache=self.references,
+            conversation_id=self.conversation_id, learning=learning_of(self._state),
+        )
+        learned = learned_in(self._state)
+        return {**({"references": kept} if kept else {}),
+                **({"learned": learned.as_dict()} if learned is not None else {})}
 
     def _forget(self) -> None:
         self._primed = False
