@@ -162,7 +162,9 @@ def test_truncation_keeps_head_and_tail_with_seed_label(counter: cf.TokenCounter
     new = next(m for m in outcome.messages if m.id == history[target.index].id).text
     head, tail = min(int(len(original) * 0.15), 6_000), min(int(len(original) * 0.08), 3_000)
     assert new.startswith(original[:head]) and new.endswith(original[-tail:])
-    assert truncation_label(len(original), head, tail) in new
+    assert target.handle is not None and target.handle.startswith("ctx_")
+    label = truncation_label(len(original), head, tail, target.handle)
+    assert label[:-1] in new  # the handle is followed by how to read it back
     assert "[TRUNCATED — " in new and f"{len(original):,} chars original" in new
 
 
@@ -188,7 +190,10 @@ def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> N
     outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply="S1")
     last = outcome.messages[-1]
     assert last.role == "user" and last.source == "summary"
-    assert last.text == f"{SUMMARY_HEADER}S1\n\n{CONTINUATION_NUDGE}"
+    assert last.text.startswith(f"{SUMMARY_HEADER}S1\n\n")
+    assert last.text.endswith(f"\n\n{CONTINUATION_NUDGE}")
+    dropped = {t.handle for t in outcome.targets if t.method == "dropped"}
+    assert len(dropped) <= 1 and all(h is not None and h in last.text for h in dropped)
     assert outcome.messages[-2].role == "tool"
     assert cf.validate(outcome.messages) == []
 
@@ -206,7 +211,7 @@ def test_failed_summary_gives_the_notice(counter: cf.TokenCounter) -> None:
     history = email_history(8)
     window = int(counter.count_messages(history) / 0.8)
     outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply=None)
-    assert outcome.messages[-1].text == COMPACTION_NOTICE
+    assert outcome.messages[-1].text.startswith(COMPACTION_NOTICE)
     assert any("summary failed" in note for note in outcome.notes)
 
 
@@ -346,7 +351,7 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
         # notice, do not fit. (The policy shrinks their other members, so it may raise less.)
         keep = protected_ids(history)
         groups = [g for g in cf.split_groups(history) if any(m.id in keep for m in g.messages)]
-        floor = [m for g in groups for m in g.messages if m.role == "system" or m.id in keep]
+        floor = [m for m in history if m.role == "system" or m.id in keep]
         notice = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
         assert counter.count_messages([*floor, notice]) > budget.input_budget or any(
             m.id not in keep for g in groups for m in g.messages

@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from .._errors import BudgetExceededError, ConfigurationError
+from .._learning import learned_in
 from .._messages import ContentPart, Message, TextPart
 from .._policy import (
     CompactionContext,
@@ -54,6 +55,7 @@ from .._policy import (
     SummaryRequest,
     Target,
 )
+from .._references import handle_for, handle_text
 from .._shrink import HeadTail, truncate_head_tail
 from .._structure import SYSTEM_ROLES, split_groups
 from .passes import strip_images
@@ -112,6 +114,7 @@ class _Plan:
     chosen: dict[int, Message] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
     passes: dict[str, int] = field(default_factory=dict)
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class ThresholdPolicy:
     def _select(self, plan: _Plan, context: CompactionContext, need: int) -> int:
         """Pick targets pass by pass until ``need`` tokens are saved; the tokens saved."""
         count = context.counter.count_message
+        learned = learned_in(context.state)
         saved = 0
         for pass_name, role in _PASSES:
             if saved >= need:
@@ -239,10 +243,12 @@ class ThresholdPolicy:
             ]
             if role == "tool":  # largest first; oldest first among equals
                 order.sort(key=lambda i: -count(plan.work[i]))
+            if learned is not None:  # content like what was read back goes last
+                order.sort(key=lambda i: learned.points(plan.work[i]) > 0)
             for i in order:
                 if saved >= need:
                     break
-                new = self._truncate(plan.work[i])
+                new = self._truncate(plan.work[i], context)
                 gain = count(plan.work[i]) - count(new)
                 if gain > 0:
                     plan.chosen[i] = new
@@ -262,9 +268,13 @@ class ThresholdPolicy:
                 continue
             saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
             plan.dropped.update(indices)
+        if plan.dropped:
+            span = handle_for(plan.work[i] for i in sorted(plan.dropped))
+            plan.note = _dropped_note(span, len(plan.dropped), context)
 
-    def _truncate(self, m: Message) -> Message:
-        text = truncate_head_tail(m.text, self.head_tail)
+    def _truncate(self, m: Message, context: CompactionContext) -> Message:
+        text = truncate_head_tail(m.text, self.head_tail,
+                                  handle=handle_text(handle_for(m), context))
         others: tuple[ContentPart, ...] = ()
         if not isinstance(m.content, str):
             others = tuple(p for p in m.content if not isinstance(p, TextPart))
@@ -275,7 +285,9 @@ class ThresholdPolicy:
 
     def _reserve(self, context: CompactionContext) -> int:
         """Tokens the summary message will take, at its size hint."""
-        wrapper = Message(role="user", content=SUMMARY_HEADER + self.nudge, source="summary")
+        note = _dropped_note("ctx_" + "0" * 12, 999, context)
+        wrapper = Message(role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{self.nudge}",
+                          source="summary")
         return context.counter.count_message(wrapper) + self._summary_tokens(context)
 
     def _summary_tokens(self, context: CompactionContext) -> int:
@@ -315,16 +327,17 @@ class ThresholdPolicy:
     ) -> PolicyOutcome:
         kept = [plan.chosen.get(i, m) for i, m in enumerate(plan.work) if i not in plan.dropped]
         notes: list[str] = []
-        summary = self._summary_message(reply.text, context)
+        summary = self._summary_message(reply.text, context, plan.note)
         out = _insert_summary(kept, summary)
         if context.measure(out) + plan.offset > context.budget.trigger_tokens and reply.text:
             room = context.budget.trigger_tokens - plan.offset - context.measure(kept)
-            summary = self._fit_summary(reply.text, room, context)
+            summary = self._fit_summary(reply.text, room, context, plan.note)
             out = _insert_summary(kept, summary)
             notes.append("threshold: summary cut to fit the budget")
-        if context.measure(out) > context.budget.input_budget:
-            summary = self._summary_message(None, context)
-            out = _insert_summary(kept, summary)
+        for note in dict.fromkeys((plan.note, "")):  # the bare notice when the note is too big
+            if context.measure(out) > context.budget.input_budget:
+                summary = self._summary_message(None, context, note)
+                out = _insert_summary(kept, summary)
         if context.measure(out) > context.budget.input_budget:
             return self._no_room(messages, plan, kept, context)
         used = "notice" if summary.metadata.get("compaction") == "notice" else "summary"
@@ -354,22 +367,38 @@ class ThresholdPolicy:
                 notes=(note + "; sent without one",),
                 details=self._details(messages, plan, context, summary="none"),
             )
-        raise self._too_big(_insert_summary(kept, self._summary_message(None, context)), context)
+        self._drop(plan, context, 10**18)  # last resort: every unprotected group goes
+        kept = [plan.chosen.get(i, m) for i, m in enumerate(plan.work) if i not in plan.dropped]
+        for extra in dict.fromkeys((plan.note, "")):
+            out = _insert_summary(kept, self._summary_message(None, context, extra))
+            if context.measure(out) <= limit:
+                return PolicyOutcome(
+                    messages=out, method=self.name, targets=self._targets(plan, context),
+                    notes=(note + "; every unprotected group dropped, notice used",),
+                    details=self._details(messages, plan, context, summary="notice"),
+                )
+        raise self._too_big(out, context)
 
-    def _summary_message(self, text: str | None, context: CompactionContext) -> Message:
+    def _summary_message(
+        self, text: str | None, context: CompactionContext, note: str = ""
+    ) -> Message:
+        """The summary (or the notice), with ``note`` naming the handle of what was dropped."""
+        note = f"\n\n{note}" if note else ""
         if text is None:
-            return Message(role="user", content=self.notice, source="summary",
+            return Message(role="user", content=self.notice + note, source="summary",
                            created_at=context.now, metadata={"compaction": "notice"})
         return Message(
-            role="user", content=f"{SUMMARY_HEADER}{text.strip()}\n\n{self.nudge}",
+            role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{self.nudge}",
             source="summary", created_at=context.now, metadata={"compaction": "threshold"},
         )
 
-    def _fit_summary(self, text: str, room: int, context: CompactionContext) -> Message:
+    def _fit_summary(
+        self, text: str, room: int, context: CompactionContext, note: str = ""
+    ) -> Message:
         """The summary message cut head+tail so it takes at most ``room`` tokens, or the
         notice when not even a short summary fits."""
         for _ in range(6):
-            message = self._summary_message(text, context)
+            message = self._summary_message(text, context, note)
             size = context.counter.count_message(message)
             if size <= room:
                 return message
@@ -379,11 +408,12 @@ class ThresholdPolicy:
                 break
             text = truncate_head_tail(text, HeadTail(0.6, 10**9, 0.3, 10**9),
                                       max_chars=int(len(text) * keep * 0.9))
-        return self._summary_message(None, context)
+        return self._summary_message(None, context, note)
 
     def _targets(self, plan: _Plan, context: CompactionContext) -> tuple[Target, ...]:
         count = context.counter.count_message
         out = list(plan.strip_targets)
+        span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
         for i in sorted(set(plan.chosen) | plan.dropped):
             m = plan.work[i]
             dropped = i in plan.dropped
@@ -391,6 +421,7 @@ class ThresholdPolicy:
                 index=i, role=m.role, method="dropped" if dropped else "truncated",
                 original_tokens=count(m), new_tokens=0 if dropped else count(plan.chosen[i]),
                 tool_name=m.name if m.role == "tool" else None,
+                handle=span if dropped else handle_for(m),
             ))
         return tuple(out)
 
@@ -421,6 +452,12 @@ class ThresholdPolicy:
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
+
+
+def _dropped_note(span: str, count: int, context: CompactionContext) -> str:
+    """The line of the summary that names the handle of the dropped messages."""
+    return (f"[Full text of the {count} dropped messages: {handle_text(span, context)}. "
+            "Truncated messages name their own handle in their label.]")
 
 
 def _insert_summary(kept: list[Message], summary: Message) -> list[Message]:
