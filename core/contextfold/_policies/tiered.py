@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import BudgetExceededError, ConfigurationError
+from .._learning import apply_learning, learned_in
 from .._messages import Message
 from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
+from .._references import handle_for, handle_text
 from .._structure import Group, leading_system_count, split_groups
 from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
 from .importance import (
@@ -193,8 +195,10 @@ class TieredPolicy:
         lead = leading_system_count(messages)
         plan = _Plan(
             groups=split_groups(messages, lead),
-            scores=score_messages(messages, now=context.now, threshold=self.residual_threshold,
-                                  weights=self.weights),
+            scores=apply_learning(  # content like what was read back scores higher
+                score_messages(messages, now=context.now, threshold=self.residual_threshold,
+                               weights=self.weights),
+                messages, learned_in(context.state), self.residual_threshold),
             lead=lead, offset=offset,
         )
         plan.pinned = {g for g, grp in enumerate(plan.groups)
@@ -281,7 +285,8 @@ class TieredPolicy:
                 counts[t] += 1
         needs = []
         for t in (1, 2, 3):
-            plan.headers[t] = context.counter.count_message(self._header_message(t, 10**6))
+            plan.headers[t] = context.counter.count_message(
+                self._header_message(t, 10**6, ref=handle_text("ctx_" + "0" * 12, context)))
             need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
             needs.append(need if counts[t] else 0)
         residual_tokens = sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned)
@@ -314,8 +319,9 @@ class TieredPolicy:
 
     # -- summaries and output --------------------------------------------------------
 
-    def _header_message(self, tier: int, count: int, text: str = "") -> Message:
-        header = f"[Compacted history — tier {tier}: {count} earlier messages summarized]"
+    def _header_message(self, tier: int, count: int, text: str = "", ref: str = "") -> Message:
+        full = f"; full text: {ref}" if ref else ""
+        header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
         return Message(role="user", content=f"{header}\n\n{text}" if text else header,
                        source="summary", metadata={"compaction": "tiered", "tier": tier})
 
@@ -326,6 +332,7 @@ class TieredPolicy:
         """The tier's summary message, shrunk to its room by keyword-preserving truncation
         (also the whole summary when ``text`` is ``None``: the summarizer failed)."""
         keywords = set(self.keywords)
+        ref = handle_text(handle_for(originals), context)
         for m in originals:
             keywords |= identifiers(m.text)
         if text is None:
@@ -333,7 +340,7 @@ class TieredPolicy:
                              for m in originals if m.text)
         room = plan.rooms[tier]
         for _ in range(8):
-            message = self._header_message(tier, len(originals), text.strip())
+            message = self._header_message(tier, len(originals), text.strip(), ref)
             size = context.counter.count_message(message)
             if size <= room or not text:
                 break
@@ -341,9 +348,9 @@ class TieredPolicy:
                                      context.counter.count_text(text))
             text = keyword_truncate(text, min(len(text) - 1, int(target * 0.95)), keywords)
         else:
-            message = self._header_message(tier, len(originals))
+            message = self._header_message(tier, len(originals), ref=ref)
         if context.counter.count_message(message) > room:
-            message = self._header_message(tier, len(originals))
+            message = self._header_message(tier, len(originals), ref=ref)
         return message
 
     def _finish(
@@ -376,10 +383,12 @@ class TieredPolicy:
 
     def _targets(self, plan: _Plan, context: CompactionContext) -> tuple[Target, ...]:
         count = context.counter.count_message
+        spans = {t: handle_for(m for g in plan.members(t) for m in plan.groups[g].messages)
+                 for t in (1, 2, 3) if plan.members(t)}
         return tuple(
             Target(index=i, role=m.role, method=f"summarized:tier{t}",
                    original_tokens=count(m), new_tokens=0,
-                   tool_name=m.name if m.role == "tool" else None)
+                   tool_name=m.name if m.role == "tool" else None, handle=spans[t])
             for g, t in sorted(plan.tier_of.items()) if t
             for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
         )
