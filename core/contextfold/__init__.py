@@ -37,8 +37,11 @@ from ._errors import (
 from ._events import CompactionApplied, CompactionStarted, ConversationIdle
 from ._extractive import ExtractiveSummarizer
 from ._identifiers import extract_identifiers
+from ._learning import LearnedImportance, learning_of
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
+from ._policies.clearing import ClearToolResultsPass
+from ._policies.dedupe import DedupeSupersededPass
 from ._policies.importance import ImportanceScore, score_importance
 from ._policies.loop_slice import LoopSlicePolicy
 from ._policies.passes import StripImagesPass
@@ -60,7 +63,16 @@ from ._policy import (
     Target,
 )
 from ._prompts import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
+from ._references import (
+    READ_ORIGINAL_GUIDANCE,
+    ReferenceCache,
+    default_references,
+    handle_for,
+    read_original,
+    read_original_tool,
+)
 from ._result import CompactionReport, CompactionResult
+from ._segments import AssembledPrompt, PromptSegment, PromptSegmentRegistry
 from ._shrink import HeadTail
 from ._store import (
     SEARCH_GUIDANCE,
@@ -88,17 +100,21 @@ from ._validate import Problem, repair, validate
 # -- policies ------------------------------------------------------------------------
 # -- compactor, summarizers, events --------------------------------------------------
 # -- stores ---------------------------------------------------------------------------
+# -- lossless (handles, read-back, clearing, dedupe, segments, learning) -------------
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MODEL_LIMITS",
+    "READ_ORIGINAL_GUIDANCE",
     "SEARCH_GUIDANCE",
+    "AssembledPrompt",
     "AsyncSummarizer",
     "BaseStore",
     "BroadcastStore",
     "Budget",
     "BudgetExceededError",
+    "ClearToolResultsPass",
     "CompactionApplied",
     "CompactionContext",
     "CompactionError",
@@ -113,6 +129,7 @@ __all__ = [
     "ConversationState",
     "ConversionError",
     "CorruptRowError",
+    "DedupeSupersededPass",
     "EstimatingCounter",
     "ExtractiveSummarizer",
     "Group",
@@ -121,6 +138,7 @@ __all__ = [
     "ImagePart",
     "ImportanceScore",
     "LRUSummaryCache",
+    "LearnedImportance",
     "LoadedPrompt",
     "LoopSlicePolicy",
     "MemoryStore",
@@ -136,6 +154,9 @@ __all__ = [
     "PostgresStore",
     "Problem",
     "PromptLoader",
+    "PromptSegment",
+    "PromptSegmentRegistry",
+    "ReferenceCache",
     "ReferenceStore",
     "RetryPolicy",
     "Role",
@@ -171,10 +192,15 @@ __all__ = [
     "acompact",
     "compact",
     "counter_for_model",
+    "default_references",
     "encoding_for_model",
     "extract_identifiers",
     "from_anthropic",
     "from_openai",
+    "handle_for",
+    "learning_of",
+    "read_original",
+    "read_original_tool",
     "repair",
     "score_importance",
     "search_tools",
