@@ -287,7 +287,7 @@ def _newest_that_fit(
 
     Prompts before ``first`` are already kept (middle_out's head) and cost nothing here.
     """
-    best: _Plan | None = None
+    best: tuple[int, int | None] | None = None
     suffix = 0
     for start in range(len(sizes) - 1, first - 1, -1):
         suffix += sizes[start]
@@ -295,10 +295,10 @@ def _newest_that_fit(
             break
         prompt = need[start]
         if prompt < first:
-            best = _Plan(start=start)
+            best = (start, None)
         elif suffix + sizes[prompt] <= allowance:
-            best = _Plan(start=start, prompt=prompt)
-    return best
+            best = (start, prompt)
+    return _Plan(start=best[0], prompt=best[1]) if best is not None else None
 
 
 def _assemble(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[Message]:
