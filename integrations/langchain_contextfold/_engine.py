@@ -68,22 +68,37 @@ class Conversation:
     def __init__(self, key: str, compactor: Compactor) -> None:
         self.key = key
         self.compactor = compactor
-        self._pairs: list[tuple[BaseMessage, Any, Message]] = []
-        self._back: dict[int, BaseMessage] = {}
+        self._lc: list[BaseMessage] = []  # the last input, as given
+        self._core: list[Message] = []  # its conversion
+        self._back: dict[int, BaseMessage] = {}  # id(core) -> LangChain, for self._core only
+        self._out_core: list[Message] = []  # the last view, both ways
+        self._out_lc: list[BaseMessage] = []
         self._stored: set[str] | None = None
+        self.fresh = 0
+        """Index of the first message of the last input that was converted anew."""
 
     def to_core(self, messages: Sequence[BaseMessage]) -> list[Message]:
-        """Core messages for ``messages``, reusing conversions of the same objects."""
-        old = self._pairs
-        pairs: list[tuple[BaseMessage, Any, Message]] = []
-        for i, m in enumerate(messages):
-            if i < len(old) and old[i][0] is m and old[i][1] is m.content:
-                pairs.append(old[i])
-            else:
-                pairs.append((m, m.content, message_to_core(m, index=i)))
-        self._pairs = pairs
-        self._back = {id(core): lc for lc, _, core in pairs}
-        return [core for _, _, core in pairs]
+        """Core messages for ``messages``; the previous input's conversions are reused.
+
+        An agent loop passes the previous input plus new messages: the prefix is checked
+        in one C-level comparison (identity first) and only the new messages are converted.
+        Messages are treated as immutable, as LangGraph's state does.
+        """
+        messages = list(messages)
+        n = len(self._lc)
+        if n and len(messages) >= n and messages[:n] == self._lc:
+            new = [message_to_core(m, index=n + i) for i, m in enumerate(messages[n:])]
+            self._back.update(zip(map(id, new), messages[n:], strict=True))
+            self._core.extend(new)
+            self.fresh = n
+        else:
+            known = {id(lc): core for lc, core in zip(self._lc, self._core, strict=True)}
+            self._core = [known.get(id(m)) or message_to_core(m, index=i)
+                          for i, m in enumerate(messages)]
+            self._back = dict(zip(map(id, self._core), messages, strict=True))
+            self.fresh = 0
+        self._lc = messages
+        return list(self._core)
 
     def persist(self, store: Any, messages: Sequence[Message]) -> None:
         """Append to ``store`` the messages it does not hold yet (by message id)."""
@@ -96,11 +111,18 @@ class Conversation:
 
     def from_core(self, messages: Sequence[Message]) -> list[BaseMessage]:
         """LangChain messages for the view: the caller's own objects where unchanged."""
-        out = []
-        for m in messages:
-            original = self._back.get(id(m))
-            out.append(original if original is not None else message_from_core(m))
-        return out
+        out = list(messages)
+        k = len(self._out_core)
+        if k and len(out) >= k and out[:k] == self._out_core:
+            lc = self._out_lc + [self._original(m) for m in out[k:]]
+        else:
+            lc = [self._original(m) for m in out]
+        self._out_core, self._out_lc = out, lc
+        return list(lc)
+
+    def _original(self, message: Message) -> BaseMessage:
+        original = self._back.get(id(message))
+        return original if original is not None else message_from_core(message)
 
     def observe(self, reply: BaseMessage) -> None:
         """Calibrate from the reply's ``usage_metadata`` and record a real response.
@@ -233,7 +255,7 @@ class Engine:
     def _core(self, conv: Conversation, messages: Sequence[BaseMessage]) -> list[Message]:
         core = conv.to_core(messages)
         if self.persist and self.store is not None:
-            conv.persist(self.store, core)
+            conv.persist(self.store, core[conv.fresh:])
         return core
 
     def call(
