@@ -371,3 +371,14 @@ def test_fits_under_a_counter_that_is_not_additive(strategy: str) -> None:
     out = run(cf.TruncationPolicy(strategy), h, budget, counter)  # type: ignore[arg-type]
     assert_valid_within(out.messages, budget, counter)
     assert len(out.messages) < len(h)
+
+
+@given(history=histories(max_turns=5, max_tool_chars=500, imperfect=True))
+def test_groups_are_drawn_as_split_groups_draws_them(history: list[cf.Message]) -> None:
+    from contextfold._policies.truncation import _layout
+
+    counter = cf.EstimatingCounter(4.0)
+    layout = _layout(history, counter)
+    groups = cf.split_groups(history, layout.n_sys)
+    assert layout.bounds == [g.start for g in groups] + [len(history)]
+    assert layout.sizes == [sum(map(counter.count_message, g.messages)) for g in groups]
