@@ -11,7 +11,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableBinding, RunnableSequence
 from langchain_core.tools import tool
-from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
+from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
+from pydantic import BaseModel
 
 import contextfold as cf
 from langchain_contextfold import (
@@ -21,6 +22,7 @@ from langchain_contextfold import (
     to_core,
     with_compaction,
 )
+from langchain_contextfold._runnable import _swap
 
 BUDGET = cf.Budget(context_window=16_000, output_reserve=2_000)
 
@@ -232,3 +234,46 @@ def test_store_keeps_every_message_once() -> None:
     stored = store.load("t1")
     assert [m.text for m in stored] == [m.text for m in to_core(history[:-1])]
     assert len({m.id for m in stored}) == len(stored)
+
+
+class Answer(BaseModel):
+    """The final answer."""
+
+    text: str
+
+
+class StructuredFake(ToolCallingFakeModel):
+    """Answers every request with an ``Answer`` tool call."""
+
+    def _decide(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        self.requests.append(Request(list(messages), tools))
+        return AIMessage("", tool_calls=[{"name": "Answer", "args": {"text": "pages 0-19"},
+                                          "id": f"a{len(self.requests)}"}])
+
+
+def _contains(runnable: Any, kind: type) -> bool:
+    found: list[Any] = []
+    _swap(runnable, None, lambda m: found.append(m) or m)
+    return any(isinstance(m, kind) for m in found)
+
+
+def test_structured_output_goes_through_the_wrapper() -> None:
+    fake = StructuredFake(check_sequence=False)
+    model = with_compaction(fake, policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                            summarizer=cf.ExtractiveSummarizer())
+    structured = model.with_structured_output(Answer)
+    history = run_loop(wrapped(ToolCallingFakeModel(rounds=20)), 20)
+    assert structured.invoke(history) == Answer(text="pages 0-19")
+    assert fake.requests[-1].tokens <= BUDGET.input_budget
+    assert fake.requests[-1].tools[0]["function"]["name"] == "Answer"
+
+
+def test_provider_structured_output_keeps_the_provider_binding() -> None:
+    from langchain_openai import ChatOpenAI
+
+    openai = ChatOpenAI(model="gpt-4o-mini", api_key="sk-test")  # type: ignore[arg-type]
+    model = with_compaction(openai, policy=cf.ThresholdPolicy(), budget=BUDGET)
+    structured = model.with_structured_output(Answer)  # json_schema: a response_format binding
+    assert _contains(structured, CompactingChatModel)
+    binding = structured.first if isinstance(structured, RunnableSequence) else structured
+    assert isinstance(binding, RunnableBinding) and "response_format" in binding.kwargs
