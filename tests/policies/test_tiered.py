@@ -14,6 +14,7 @@ import contextfold as cf
 from contextfold._policies.budget_allocation import allocate_budget
 from contextfold._policies.importance import keyword_truncate
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
+from contextfold._references import handle_text
 from contextfold.testing import assert_valid_within, histories
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -288,8 +289,10 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
         # Necessary condition: the system prompt and the newest group do not fit.
         lead = [m for m in history if m.role == "system"]
         newest = cf.split_groups(history)[-1].messages
-        header = cf.Message(role="user", source="summary", content="[Compacted history — tier "
-                            "3: 1000000 earlier messages summarized]")
+        context = cf.CompactionContext(budget=budget, counter=counter)
+        header = cf.Message(role="user", source="summary", content=(
+            "[Compacted history — tier 3: 1000000 earlier messages summarized; full text: "
+            f"{handle_text('ctx_' + '0' * 12, context)}]"))
         floor = counter.count_messages([*lead, *newest]) + 3 * counter.count_message(header)
         assert floor > budget.input_budget
         event("budget exceeded")

@@ -206,9 +206,12 @@ class TieredPolicy:
         self._pick_residuals(plan, messages, context)
         while True:
             self._assign_tiers(plan, context, messages)
-            if self._plan_tokens(plan, messages, context) <= context.budget.input_budget:
+            planned = self._plan_tokens(plan, messages, context)
+            if planned <= context.budget.input_budget:
                 return plan
             if not plan.kept:
+                if planned - plan.offset <= context.budget.input_budget:
+                    return plan  # only the calibrated size is over: the best that can be done
                 raise self._too_big(plan, messages, context)
             plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
 
@@ -426,7 +429,7 @@ class TieredPolicy:
         return BudgetExceededError(
             "tiered compaction: the system messages, pinned messages, the newest group and "
             "the tier summary headers",
-            needed=self._plan_tokens(plan, messages, context),
+            needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
 
