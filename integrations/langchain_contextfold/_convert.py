@@ -86,21 +86,8 @@ def to_core(messages: Sequence[BaseMessage]) -> list[Message]:
 def message_to_core(message: BaseMessage, *, index: int | None = None) -> Message:
     """One core message for one LangChain message; see :func:`to_core`."""
     role = _role_of(message, index)
-    extras: dict[str, Any] = {}
-    cls = type(message).__name__
-    if cls != _DEFAULT_CLASS[role]:
-        extras["cls"] = cls
-    if isinstance(message, ChatMessage):
-        extras["role"] = message.role
+    extras = _common_extras(message, role)
     kwargs = message.additional_kwargs
-    if kwargs:
-        extras["additional_kwargs"] = kwargs
-    if message.response_metadata:
-        extras["response_metadata"] = message.response_metadata
-    if message.__pydantic_extra__:
-        extras["extra"] = dict(message.__pydantic_extra__)
-    if message.id is None:
-        extras["no_id"] = True
     content, reasoning = _content_in(message.content, extras)
     if reasoning is None and isinstance(kwargs.get("reasoning_content"), str):
         reasoning = kwargs["reasoning_content"]
@@ -137,6 +124,25 @@ def message_to_core(message: BaseMessage, *, index: int | None = None) -> Messag
         metadata=metadata,
         **fields,
     )
+
+
+def _common_extras(message: BaseMessage, role: str) -> dict[str, Any]:
+    """What every LangChain message carries beyond the core fields."""
+    extras: dict[str, Any] = {}
+    cls = type(message).__name__
+    if cls != _DEFAULT_CLASS[role]:
+        extras["cls"] = cls
+    if isinstance(message, ChatMessage):
+        extras["role"] = message.role
+    if message.additional_kwargs:
+        extras["additional_kwargs"] = message.additional_kwargs
+    if message.response_metadata:
+        extras["response_metadata"] = message.response_metadata
+    if message.__pydantic_extra__:
+        extras["extra"] = dict(message.__pydantic_extra__)
+    if message.id is None:
+        extras["no_id"] = True
+    return extras
 
 
 def _role_of(message: Any, index: int | None) -> str:
