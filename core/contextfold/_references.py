@@ -66,8 +66,8 @@ _MAX_LIMIT = 20_000
 _NO_SCOPE = ""
 
 READ_ORIGINAL_GUIDANCE = (
-    "Older content was compacted without loss: wherever you see a handle like ctx_1a2b3c4d5e6f "
-    "(in a truncation label, a cleared tool result or a summary), call read_original with it "
+    "Older content was compacted without loss: wherever you see a handle (ctx_ and 12 hex digits) "
+    "in a truncation label, a cleared tool result or a summary, call read_original with it "
     "to read the full original; use offset/limit to page through it or pattern to get the "
     "matching lines only."
 )
@@ -275,7 +275,7 @@ def read_original(
 
 def _check_read(handle: Any, offset: Any, limit: Any, pattern: Any) -> str | None:
     if not isinstance(handle, str) or not _EXACT.match(handle.strip()):
-        return f"{handle!r} is not a handle; handles look like ctx_1a2b3c4d5e6f"
+        return f"{handle!r} is not a handle; a handle is ctx_ followed by 12 hex digits"
     for name, value, low in (("offset", offset, 0), ("limit", limit, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             return f"{name} must be an integer >= {low}, got {value!r}"
@@ -309,20 +309,40 @@ def _window(text: str, offset: int, limit: int) -> dict[str, Any]:
 
 
 def _lines(text: str, pattern: str, limit: int) -> dict[str, Any]:
+    """The lines matching ``pattern``; a line longer than :data:`_LONG_LINE` characters
+    comes back as an excerpt around each match instead (``column`` says where)."""
     regex = re.compile(pattern)
     limit = min(limit, _MAX_LIMIT)
     matches: list[dict[str, Any]] = []
-    used = 0
-    total = 0
+    used = total = 0
     for number, line in enumerate(text.splitlines(), 1):
-        if regex.search(line):
+        pieces = _pieces(regex, line)
+        for column, piece in pieces:
             total += 1
-            if used + len(line) <= limit:
-                matches.append({"line": number, "text": line})
-                used += len(line)
+            if used + len(piece) <= limit:
+                matches.append({"line": number, "column": column, "text": piece})
+                used += len(piece)
     content = "\n".join(m["text"] for m in matches)
     return {"pattern": pattern, "match_count": total, "returned": len(matches),
             "matches": matches, "content": content}
+
+
+_LONG_LINE = 400
+_AROUND = 200
+_MAX_PER_LINE = 200  # excerpts (and counted matches) per long line
+
+
+def _pieces(regex: re.Pattern[str], line: str) -> list[tuple[int, str]]:
+    if len(line) <= _LONG_LINE:
+        return [(0, line)] if regex.search(line) else []
+    out = []
+    for found in regex.finditer(line):
+        start, end = max(0, found.start() - _AROUND), min(len(line), found.end() + _AROUND)
+        head, tail = ("…" if start else ""), ("…" if end < len(line) else "")
+        out.append((found.start(), f"{head}{line[start:end]}{tail}"))
+        if len(out) >= _MAX_PER_LINE:
+            break
+    return out
 
 
 def read_original_tool(
@@ -363,7 +383,7 @@ _SCHEMA: dict[str, Any] = {
     "required": ["handle"],
     "additionalProperties": False,
     "properties": {
-        "handle": {"type": "string", "description": "The handle, like ctx_1a2b3c4d5e6f."},
+        "handle": {"type": "string", "description": "The handle: ctx_ and 12 hex digits."},
         "offset": {"type": "integer", "minimum": 0, "default": 0,
                    "description": "First character to return."},
         "limit": {"type": "integer", "minimum": 1, "maximum": _MAX_LIMIT, "default": 4000,
