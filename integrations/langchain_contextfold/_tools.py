@@ -19,9 +19,21 @@ from typing import Any
 
 from langchain_core.tools import StructuredTool
 
-from contextfold import SEARCH_GUIDANCE, SearchToolSpec, search_tools
+from contextfold import (
+    READ_ORIGINAL_GUIDANCE,
+    SEARCH_GUIDANCE,
+    SearchToolSpec,
+    read_original_tool,
+    search_tools,
+)
 
-__all__ = ["SEARCH_GUIDANCE", "search_tools_for", "tool_from_spec"]
+__all__ = [
+    "READ_ORIGINAL_GUIDANCE",
+    "SEARCH_GUIDANCE",
+    "read_original_tool_for",
+    "search_tools_for",
+    "tool_from_spec",
+]
 
 
 def _runner(spec: SearchToolSpec) -> Callable[..., str]:
@@ -52,3 +64,15 @@ def search_tools_for(
     specs = search_tools(store, conversation_id, swarm_id=swarm_id,
                          allow_conversations=allow_conversations)
     return [tool_from_spec(spec) for spec in specs]
+
+
+def read_original_tool_for(source: Any, conversation_id: str | None = None) -> StructuredTool:
+    """The ``read_original`` tool: the full original behind a ``ctx_`` handle that
+    compaction left in the context (a truncation label, a cleared result, a summary).
+
+    ``source`` is the store given to the middleware (``conversation_id`` the run's
+    ``thread_id``), or a ``cf.Compactor`` / ``cf.ReferenceCache`` when no store keeps the
+    originals. Handles of other conversations are refused. Put
+    :data:`READ_ORIGINAL_GUIDANCE` in the system prompt so the model knows to use it.
+    """
+    return tool_from_spec(read_original_tool(source, conversation_id))
