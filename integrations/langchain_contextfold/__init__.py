@@ -20,12 +20,19 @@ from ._middleware import CompactionMiddleware
 from ._overflow import is_context_overflow, overflow_figures
 from ._runnable import CompactingChatModel, with_compaction
 from ._summarizer import ChatModelSummarizer
-from ._tools import SEARCH_GUIDANCE, search_tools_for, tool_from_spec
+from ._tools import (
+    READ_ORIGINAL_GUIDANCE,
+    SEARCH_GUIDANCE,
+    read_original_tool_for,
+    search_tools_for,
+    tool_from_spec,
+)
 
 __all__ = [
     "COMPACTION_EVENT",
     "IDLE_EVENT",
     "LANGCHAIN_KEY",
+    "READ_ORIGINAL_GUIDANCE",
     "SEARCH_GUIDANCE",
     "SOURCE_KEY",
     "ChatModelSummarizer",
@@ -37,6 +44,7 @@ __all__ = [
     "is_context_overflow",
     "overflow_figures",
     "pre_model_hook",
+    "read_original_tool_for",
     "search_tools_for",
     "to_core",
     "tool_from_spec",
