@@ -27,7 +27,7 @@ from ._instrumentation import (
 from ._llm import CompactingLLM, is_context_overflow, reported_usage
 from ._memory import DEFAULT_CONTEXT_WINDOW, CompactingMemory
 from ._summarizer import SUMMARY_SYSTEM_PROMPT, LLMSummarizer, render_transcript
-from ._tools import search_tools_for, tool_from_spec
+from ._tools import read_original_tool_for, search_tools_for, tool_from_spec
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -42,6 +42,7 @@ __all__ = [
     "is_context_overflow",
     "message_from_llama_index",
     "message_to_llama_index",
+    "read_original_tool_for",
     "render_transcript",
     "reported_usage",
     "search_tools_for",

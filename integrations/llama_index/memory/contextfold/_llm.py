@@ -117,6 +117,7 @@ class CompactingLLM(FunctionCallingLLM):
         counter: counts tokens; default ``counter_for_model`` of the budget's model.
         store: a history store for the Compactor (summary cache, sliding-window lookups).
         conversation_id: names the conversation in events.
+        retry: retries and backoff of a failing summarizer (``RetryPolicy``).
 
     Example::
 
@@ -140,6 +141,7 @@ class CompactingLLM(FunctionCallingLLM):
         *,
         store: Any = None,
         conversation_id: str | None = None,
+        retry: cf.RetryPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(llm, LLM):
@@ -149,7 +151,7 @@ class CompactingLLM(FunctionCallingLLM):
         self._compactor = cf.Compactor(
             policy if policy is not None else cf.ThresholdPolicy(), budget,
             counter or cf.counter_for_model(budget.model), summarizer, store,
-            conversation_id=conversation_id, listeners=[forward_event],
+            conversation_id=conversation_id, retry=retry, listeners=[forward_event],
         )
 
     @classmethod

@@ -74,6 +74,7 @@ class CompactingMemory(BaseMemory):
         counter: cf.TokenCounter | None = None,
         system_prompt: str | None = None,
         tools: Sequence[Any] | None = None,
+        retry: cf.RetryPolicy | None = None,
         chat_history: Sequence[ChatMessage] | None = None,
         llm: Any = None,
         token_limit: int | None = None,
@@ -94,6 +95,7 @@ class CompactingMemory(BaseMemory):
             system_prompt: the system prompt the agent prepends (its tokens are reserved).
             tools: the tools the agent sends with each call (their definitions' tokens are
                 reserved).
+            retry: retries and backoff of a failing summarizer (``RetryPolicy``).
             chat_history: messages to start with (replaces the session's stored history).
             llm, token_limit: accepted for ``memory_cls.from_defaults(...)`` call sites.
             **ignored: other keyword arguments chat engines pass are accepted and ignored.
@@ -103,6 +105,7 @@ class CompactingMemory(BaseMemory):
         memory = cls(
             policy=policy, budget=budget, store=store, session_id=session_id,
             summarizer=summarizer, counter=counter, system_prompt=system_prompt, tools=tools,
+            retry=retry,
         )
         if chat_history:
             memory.set(list(chat_history))
@@ -119,6 +122,7 @@ class CompactingMemory(BaseMemory):
         counter: cf.TokenCounter | None = None,
         system_prompt: str | None = None,
         tools: Sequence[Any] | None = None,
+        retry: cf.RetryPolicy | None = None,
         parts: _serde.Parts | None = None,
         **ignored: Any,
     ) -> None:
@@ -135,13 +139,14 @@ class CompactingMemory(BaseMemory):
             parts = _serde.Parts(
                 policy=policy if policy is not None else cf.ThresholdPolicy(),
                 budget=budget, counter=counter or cf.counter_for_model(budget.model),
-                summarizer=summarizer, store=opened, store_url=url,
+                summarizer=summarizer, store=opened, retry=retry, store_url=url,
             )
         self._parts = parts
         self._tools = tool_definitions(tools)
         self._compactor = cf.Compactor(
             parts.policy, parts.budget, _FixedAwareCounter(parts.counter), parts.summarizer,
-            parts.store, conversation_id=self.session_id, listeners=[forward_event],
+            parts.store, conversation_id=self.session_id, retry=parts.retry,
+            listeners=[forward_event],
         )
 
     # -- what users may read ----------------------------------------------------------
@@ -367,6 +372,7 @@ def _revive_parts(
         counter=kwargs.get("counter") or (live.counter if live else
                                           _serde.revive_counter(data.get("counter"), budget)),
         summarizer=kwargs.get("summarizer") or (live.summarizer if live else None),
+        retry=kwargs.get("retry") or (live.retry if live else None),
         store=store, store_url=url,
     )
 

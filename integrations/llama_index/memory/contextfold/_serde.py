@@ -50,6 +50,8 @@ class Parts:
     counter: cf.TokenCounter
     summarizer: Any
     store: Any
+    retry: Any = None
+    """The summarizer's ``RetryPolicy`` (``None``: the Compactor's default)."""
     store_url: str | None = None
     """The PostgreSQL URL the store was opened with (it carries its credentials)."""
     key: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)

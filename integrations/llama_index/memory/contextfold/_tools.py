@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 import contextfold as cf
 
-__all__ = ["search_tools_for", "tool_from_spec"]
+__all__ = ["read_original_tool_for", "search_tools_for", "tool_from_spec"]
 
 _TYPES: Mapping[str, Any] = {
     "string": str, "integer": int, "number": float, "boolean": bool, "array": list,
@@ -47,6 +47,21 @@ def search_tools_for(
     specs = cf.search_tools(store, session_id, swarm_id=swarm_id,
                             allow_conversations=allow_conversations)
     return [tool_from_spec(spec) for spec in specs]
+
+
+def read_original_tool_for(source: Any, session_id: str | None = None) -> FunctionTool:
+    """The ``read_original`` tool of one session: the full original behind a ``ctx_`` handle
+    that compaction left in the context (a truncation label, a cleared result, a summary).
+
+    ``source`` is the store the memory or LLM wrapper keeps history in (``session_id`` the
+    conversation), a ``CompactingMemory`` (its store and session), or a ``cf.Compactor`` /
+    ``cf.ReferenceCache`` when no store keeps the originals. Handles of other sessions are
+    refused. Put ``cf.READ_ORIGINAL_GUIDANCE`` in the system prompt.
+    """
+    if session_id is None and isinstance(getattr(source, "session_id", None), str):
+        session_id = source.session_id
+        source = getattr(source, "store", source)
+    return tool_from_spec(cf.read_original_tool(source, session_id))
 
 
 def tool_from_spec(spec: cf.SearchToolSpec) -> FunctionTool:
