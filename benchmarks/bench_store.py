@@ -11,6 +11,8 @@
   ``SQLiteStore``; median and p95 latency of ``search_messages(..., limit=20)`` over
   queries of one or two words picked from stored messages. LlamaIndex's ``Memory`` has no
   search, so there is no peer row.
+* with ``CONTEXTFOLD_POSTGRES_URL`` (or ``CONTEXTFOLD_TEST_POSTGRES_URL``) set, the same
+  append and search figures for ``PostgresStore`` in a throwaway schema.
 
 Run: ``python benchmarks/bench_store.py`` (``--quick`` for fewer messages).
 """
@@ -155,9 +157,52 @@ def _queries(base: list[cf.Message], n: int) -> list[str]:
     return out
 
 
+def postgres_rows(quick: bool) -> list[dict[str, Any]]:
+    """The same append and search figures on PostgreSQL, when a server is configured."""
+    url = os.environ.get("CONTEXTFOLD_POSTGRES_URL") or \
+        os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL")
+    if not url:
+        return []
+    import sqlalchemy as sa
+
+    schema = f"cf_bench_{os.getpid()}"
+    admin = sa.create_engine(url)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        store = cf.PostgresStore(url, engine_options={
+            "connect_args": {"options": f"-c search_path={schema}"}})
+        base = trace_messages()
+        sample = base[: 100 if quick else 300]
+        started = time.perf_counter()
+        for message in sample:
+            store.append("append", [message])
+        append_ms = (time.perf_counter() - started) * 1000 / len(sample)
+        size = 20_000 if quick else SEARCH_SIZE
+        for start in range(0, size, 1_000):
+            store.append("agent", [base[i % len(base)] for i in range(start, start + 1_000)])
+        times = []
+        for query in _queries(base, 100 if quick else 300):
+            t0 = time.perf_counter()
+            store.search_messages("agent", query, limit=20)
+            times.append((time.perf_counter() - t0) * 1000)
+        store.close()
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+    return [
+        {"name": "PostgreSQL append, per message", "ours": append_ms, "unit": "ms",
+         "notes": "PostgresStore, one transaction per append (local server)"},
+        {"name": f"PostgreSQL search {size // 1000}k msgs, median",
+         "ours": statistics.median(times), "unit": "ms",
+         "notes": "tsvector + GIN, plainto_tsquery, ts_rank_cd over every match"},
+    ]
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
-    """Append and search rows."""
-    return [*append_rows(quick), *search_rows(quick)]
+    """Append and search rows (PostgreSQL rows when a server URL is set)."""
+    return [*append_rows(quick), *search_rows(quick), *postgres_rows(quick)]
 
 
 if __name__ == "__main__":

@@ -171,12 +171,14 @@ def test_sqlite_uses_wal(backend: str, open_store: Opener) -> None:
     assert raw_sql(store, None, "PRAGMA journal_mode") == [("wal",)]
 
 
-def test_search_window_ranks_only_the_most_recent_matches(tmp_path: Path) -> None:
-    with cf.SQLiteStore(tmp_path / "w.db", search_window=3) as store:
-        store.append("c", [cf.Message("user", f"iron {i}") for i in range(6)])
-        store.append("other", [cf.Message("user", "iron elsewhere")] * 5)
-        assert sorted(h.position for h in store.search_messages("c", "iron")) == [3, 4, 5]
-    with cf.SQLiteStore(tmp_path / "w.db", search_window=None) as store:
-        assert len(store.search_messages("c", "iron")) == 6
+@sql_backends
+def test_search_window_ranks_only_the_most_recent_matches(
+    backend: str, open_store: Opener
+) -> None:
+    store = open_store(search_window=3)
+    store.append("c", [cf.Message("user", f"iron {i}") for i in range(6)])
+    store.append("other", [cf.Message("user", "iron elsewhere")] * 5)
+    assert sorted(h.position for h in store.search_messages("c", "iron")) == [3, 4, 5]
+    assert len(open_store(search_window=None).search_messages("c", "iron")) == 6
     with pytest.raises(cf.ConfigurationError, match="search_window"):
-        cf.SQLiteStore(tmp_path / "w.db", search_window=0)
+        open_store(search_window=0)

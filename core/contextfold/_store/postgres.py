@@ -61,17 +61,23 @@ _SEARCH: dict[SearchKind, tuple[str, str, str, str]] = {
 }
 
 
-def postgres_search_sql(kind: SearchKind) -> str:
-    """The ranked search statement for ``kind``; binds ``:q``, ``:owner``, ``:limit``."""
+def postgres_search_sql(kind: SearchKind, window: int | None = None) -> str:
+    """The ranked search statement for ``kind``; binds ``:q``, ``:owner``, ``:limit``.
+
+    With ``window``, only the owner's ``window`` most recent matches are ranked (as in
+    ``SQLiteStore``); headlines are made for the returned rows alone.
+    """
     table, owner, tsv, text_column = _SEARCH[kind]
+    matches = f"""SELECT t."id", t."{owner}", t."position", t."body", t."{text_column}",
+        t."{tsv}", q."q" FROM {table} AS t, plainto_tsquery('english'::regconfig, :q) AS q("q")
+        WHERE t."{owner}" = :owner AND t."{tsv}" @@ q."q" """
+    if window is not None:
+        matches += f' ORDER BY t."id" DESC LIMIT {int(window)}'
     return f"""SELECT h."id", h."{owner}", h."position", h."body", h."rank",
     ts_headline('english'::regconfig, h."{text_column}", h."q",
         'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1')
-    FROM (SELECT t."id", t."{owner}", t."position", t."body", t."{text_column}", q."q",
-        ts_rank_cd(t."{tsv}", q."q") AS "rank"
-        FROM {table} AS t, plainto_tsquery('english'::regconfig, :q) AS q("q")
-        WHERE t."{owner}" = :owner AND t."{tsv}" @@ q."q"
-        ORDER BY "rank" DESC, t."id" DESC LIMIT :limit) AS h
+    FROM (SELECT m.*, ts_rank_cd(m."{tsv}", m."q") AS "rank" FROM ({matches}) AS m
+        ORDER BY "rank" DESC, m."id" DESC LIMIT :limit) AS h
     ORDER BY h."rank" DESC, h."id" DESC"""
 
 
@@ -82,12 +88,18 @@ class PostgresStore(BaseStore):
         url: a SQLAlchemy URL; ``postgresql://`` and ``postgres://`` use psycopg.
         tracer: called with ``(sql, params)`` before every statement.
         engine_options: extra keyword arguments for ``sqlalchemy.create_engine``.
+        search_window: searches rank the conversation's most recent ``search_window``
+            matches, so latency stays flat as the history grows; ``None`` ranks every match.
     """
 
     def __init__(
         self, url: str, *, tracer: Tracer | None = None,
-        engine_options: Mapping[str, Any] | None = None,
+        engine_options: Mapping[str, Any] | None = None, search_window: int | None = 2_000,
     ) -> None:
+        if search_window is not None and (
+                not isinstance(search_window, int) or search_window < 1):
+            raise ConfigurationError(f"search_window must be None or >= 1, got {search_window!r}")
+        self.search_window = search_window
         sa = require("sqlalchemy", extra="postgres", feature="PostgresStore")
         url = _psycopg_url(url)
         if url.startswith("postgresql+psycopg:"):
@@ -204,7 +216,8 @@ class PostgresStore(BaseStore):
         self, kind: SearchKind, owner: str, terms: list[str], limit: int
     ) -> list[SearchHit]:
         query = " ".join(terms).replace("\x00", " ")
-        rows = self._rows(postgres_search_sql(kind), q=query, owner=owner, limit=limit)
+        rows = self._rows(postgres_search_sql(kind, self.search_window), q=query, owner=owner,
+                          limit=limit)
         table = _SEARCH[kind][0]
         prefix = "b" if kind == "broadcasts" else "m"
         hits = []
