@@ -8,6 +8,7 @@ policy left alone go back to the model as the very objects the caller passed.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -74,8 +75,19 @@ class Conversation:
         self._out_core: list[Message] = []  # the last view, both ways
         self._out_lc: list[BaseMessage] = []
         self._stored: set[str] | None = None
+        self.lock = threading.Lock()
+        """Held while a sync call compacts (the Compactor serves one call at a time)."""
+        self._alocks: dict[int, asyncio.Lock] = {}
         self.fresh = 0
         """Index of the first message of the last input that was converted anew."""
+
+    def alock(self) -> asyncio.Lock:
+        """The lock async calls hold while they compact (one per event loop)."""
+        loop = id(asyncio.get_running_loop())
+        lock = self._alocks.get(loop)
+        if lock is None:
+            lock = self._alocks[loop] = asyncio.Lock()
+        return lock
 
     def to_core(self, messages: Sequence[BaseMessage]) -> list[Message]:
         """Core messages for ``messages``; the previous input's conversions are reused.
@@ -239,18 +251,20 @@ class Engine:
         *, force: bool = False,
     ) -> View:
         """Compact ``messages`` for one model call (and keep them in the store)."""
-        core = self._core(conv, messages)
-        result = conv.compactor.compact(core, force=force, tools=tools or None)
-        return View(conv.from_core(result.messages), result)
+        with conv.lock:
+            core = self._core(conv, messages)
+            result = conv.compactor.compact(core, force=force, tools=tools or None)
+            return View(conv.from_core(result.messages), result)
 
     async def aview(
         self, conv: Conversation, messages: Sequence[BaseMessage], tools: list[dict[str, Any]],
         *, force: bool = False,
     ) -> View:
         """The async form of :meth:`view`."""
-        core = self._core(conv, messages)
-        result = await conv.compactor.acompact(core, force=force, tools=tools or None)
-        return View(conv.from_core(result.messages), result)
+        async with conv.alock():
+            core = self._core(conv, messages)
+            result = await conv.compactor.acompact(core, force=force, tools=tools or None)
+            return View(conv.from_core(result.messages), result)
 
     def _core(self, conv: Conversation, messages: Sequence[BaseMessage]) -> list[Message]:
         core = conv.to_core(messages)

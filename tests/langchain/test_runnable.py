@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -277,3 +278,33 @@ def test_provider_structured_output_keeps_the_provider_binding() -> None:
     assert _contains(structured, CompactingChatModel)
     binding = structured.first if isinstance(structured, RunnableSequence) else structured
     assert isinstance(binding, RunnableBinding) and "response_format" in binding.kwargs
+
+
+def _task(i: int) -> list[BaseMessage]:
+    history: list[BaseMessage] = [HumanMessage(f"task {i}")]
+    for page in range(25):
+        reply = AIMessage("", tool_calls=[{"name": "fetch_page", "args": {"page": page},
+                                           "id": f"t{i}_c{page}"}])
+        history += [reply, *tool_round(reply, 1500)]
+    return history
+
+
+async def test_concurrent_calls_on_one_conversation_never_mix_histories() -> None:
+    """batch/abatch without thread ids share the default conversation: each request must
+    still be built from its own input only."""
+    def slow(request: cf.SummaryRequest) -> str:
+        time.sleep(0.005)  # lets another call run in the middle of this compaction
+        return "summary of " + request.messages[0].text
+
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
+    model = wrapped(fake, summarizer=cf.ScriptedSummarizer(default=slow))
+    inputs = [_task(i) for i in range(8)]
+    model.batch(inputs, config={"max_concurrency": 8})
+    await model.abatch(inputs)
+    assert len(fake.requests) == 16
+    for request in fake.requests:
+        task = next(m.text for m in request.core if m.role == "user" and m.text.startswith("task"))
+        owner = task.split()[1]
+        ids = {m.tool_call_id for m in request.core if m.role == "tool"}
+        assert ids and all(i.startswith(f"t{owner}_") for i in ids)
+        assert cf.validate(request.core) == []
