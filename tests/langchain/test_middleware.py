@@ -193,3 +193,19 @@ def test_system_prompt_variants(system: str | None) -> None:
     sent = handler.requests[0]
     assert (sent.system_message is None) == (system is None)
     assert not isinstance(sent.messages[0], SystemMessage)
+
+
+def test_hook_compactions_reach_the_custom_stream() -> None:
+    from langgraph.prebuilt import create_react_agent
+
+    hook = CompactionHook(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                          summarizer=cf.ExtractiveSummarizer(), tools=[fetch_page])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(ToolCallingFakeModel(rounds=12), [fetch_page],
+                                   pre_model_hook=hook.pre_model_hook)
+    custom = [chunk for mode, chunk in agent.stream(
+        {"messages": [HumanMessage("Fetch")]}, config={"recursion_limit": 100},
+        stream_mode=["custom", "values"]) if mode == "custom"]
+    reports = [c[COMPACTION_EVENT] for c in custom if COMPACTION_EVENT in c]
+    assert reports and all(r["tokens_after"] <= BUDGET.input_budget for r in reports)
