@@ -39,13 +39,16 @@ def fits_budget(context: CompactionContext) -> Fits:
     return fits
 
 
-def shrink_message(message: Message, shape: HeadTail, max_chars: int | None = None) -> Message:
-    """``message`` with its text cut head+tail (seed 004's label); non-text parts are
-    replaced by a one-line note. Returns ``message`` itself when nothing would shrink."""
+def shrink_message(
+    message: Message, shape: HeadTail, max_chars: int | None = None, handle: str | None = None,
+) -> Message:
+    """``message`` with its text cut head+tail (seed 004's label, naming ``handle`` when
+    given); non-text parts are replaced by a one-line note. Returns ``message`` itself when
+    nothing would shrink."""
     if message.is_pinned:
         return message
     text = message.text
-    cut = truncate_head_tail(text, shape, max_chars=max_chars)
+    cut = truncate_head_tail(text, shape, max_chars=max_chars, handle=handle)
     if isinstance(message.content, str):
         return message if cut == text else replace(message, content=cut)
     others = sum(1 for p in message.content if not isinstance(p, TextPart))
