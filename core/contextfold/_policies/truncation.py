@@ -42,6 +42,7 @@ from .._counting import TokenCounter
 from .._errors import BudgetExceededError, ConfigurationError
 from .._messages import Message
 from .._policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .._references import handle_for, handle_text
 from .._shrink import HeadTail
 from .._structure import leading_system_count
 from ._fit import shrink_message
@@ -225,7 +226,8 @@ class TruncationPolicy(SimplePolicy):
             for i, new in enumerate(plan.tail, start):
                 old = messages[i]
                 if new is not old:
-                    found.append(_target(i, old, "truncated", count(old), count(new)))
+                    found.append(_target(i, old, "truncated", count(old), count(new),
+                                         handle_for(old)))
         kept = plan.kept(len(layout.sizes))
         details = {
             "strategy": self.strategy,
@@ -357,7 +359,8 @@ def _shrink_to(
         changed = False
         for i, before in current.items():
             if before > level:
-                cut = _cut(messages[i], level, shape, count)
+                ref = handle_text(handle_for(messages[i]), context)
+                cut = _cut(messages[i], level, shape, count, ref)
                 if count(cut) < before:
                     out[i], size, changed = cut, size + count(cut) - before, True
         if not changed:
@@ -378,19 +381,22 @@ def _water_level(sizes: Sequence[int], excess: int) -> int:
     return 0
 
 
-def _cut(message: Message, goal: int, shape: HeadTail, count: Callable[[Message], int]) -> Message:
+def _cut(
+    message: Message, goal: int, shape: HeadTail, count: Callable[[Message], int], ref: str,
+) -> Message:
     """``message`` cut head+tail to at most ``goal`` tokens: seed 004's proportions first,
-    then the largest ``max_chars`` that reaches the goal (bisection), else the label alone."""
-    first = shrink_message(message, shape)
+    then the largest ``max_chars`` that reaches the goal (bisection), else the label alone
+    (the label names ``ref``, the original's handle)."""
+    first = shrink_message(message, shape, handle=ref)
     if first is message or count(first) <= goal:
         return first
-    best = shrink_message(message, shape, max_chars=0)
+    best = shrink_message(message, shape, max_chars=0, handle=ref)
     if count(best) > goal:
         return best
     lo, hi = 0, sum(shape.sizes(len(message.text)))
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        candidate = shrink_message(message, shape, max_chars=mid)
+        candidate = shrink_message(message, shape, max_chars=mid, handle=ref)
         if count(candidate) <= goal:
             lo, best = mid, candidate
         else:
@@ -398,7 +404,9 @@ def _cut(message: Message, goal: int, shape: HeadTail, count: Callable[[Message]
     return best
 
 
-def _target(index: int, m: Message, method: str, before: int, after: int) -> Target:
+def _target(
+    index: int, m: Message, method: str, before: int, after: int, handle: str | None = None,
+) -> Target:
     return Target(
         index=index,
         role=m.role,
@@ -406,4 +414,5 @@ def _target(index: int, m: Message, method: str, before: int, after: int) -> Tar
         original_tokens=before,
         new_tokens=after,
         tool_name=m.name if m.role == "tool" else None,
+        handle=handle,
     )
