@@ -7,7 +7,12 @@ import pytest
 # Raised inside llama-index-workflows: its ``inspect.getmembers`` call touches pydantic's
 # deprecated attributes (``__fields__``, ``model_computed_fields``...) on every workflow
 # built, so the warnings are attributed to ``inspect``; nothing in contextfold triggers them.
-_THIRD_PARTY = ("ignore::pydantic.warnings.PydanticDeprecationWarning:inspect",)
+# ReActAgent asks ``ctx.is_running`` inside its own step, which llama-index-workflows
+# deprecates.
+_THIRD_PARTY = (
+    "ignore::pydantic.warnings.PydanticDeprecationWarning:inspect",
+    "ignore:is_running called from within a step:DeprecationWarning",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -53,7 +53,6 @@ class CompactingMemory(BaseMemory):
 
     _parts: _serde.Parts = PrivateAttr()
     _compactor: cf.Compactor = PrivateAttr()
-    _history: list[cf.Message] | None = PrivateAttr(default=None)
     _tools: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _fixed: tuple[int, _FixedTools | None] = PrivateAttr(default=(-1, None))
 
@@ -246,7 +245,7 @@ class CompactingMemory(BaseMemory):
         converted = from_llama_index(messages)
         self.store.clear(self.session_id)
         self.store.append(self.session_id, converted)
-        self._history = list(converted)
+        self._parts.histories[self.session_id] = list(converted)
         self._compactor.reset()
 
     async def aset(self, messages: list[ChatMessage]) -> None:
@@ -254,19 +253,19 @@ class CompactingMemory(BaseMemory):
         converted = from_llama_index(messages)
         await self._io(self.store.clear, self.session_id)
         await self._io(self.store.append, self.session_id, converted)
-        self._history = list(converted)
+        self._parts.histories[self.session_id] = list(converted)
         self._compactor.reset()
 
     def reset(self) -> None:
         """Delete this session's history from the store."""
         self.store.clear(self.session_id)
-        self._history = []
+        self._parts.histories[self.session_id] = []
         self._compactor.reset()
 
     async def areset(self) -> None:
         """The async form of :meth:`reset`."""
         await self._io(self.store.clear, self.session_id)
-        self._history = []
+        self._parts.histories[self.session_id] = []
         self._compactor.reset()
 
     # -- serialization ---------------------------------------------------------------
@@ -302,16 +301,18 @@ class CompactingMemory(BaseMemory):
     # -- internals -------------------------------------------------------------------
 
     def _loaded(self) -> list[cf.Message]:
-        if self._history is None:
-            self._history = self.store.load(self.session_id)
-        return self._history
+        """The session's history, loaded once and then kept in step with every write."""
+        histories = self._parts.histories
+        if self.session_id not in histories:
+            histories[self.session_id] = self.store.load(self.session_id)
+        return histories[self.session_id]
 
     async def _aloaded(self) -> list[cf.Message]:
-        if self._history is None:
+        histories = self._parts.histories
+        if self.session_id not in histories:
             loaded = await self._io(self.store.load, self.session_id)
-            if self._history is None:
-                self._history = loaded
-        return self._history
+            histories.setdefault(self.session_id, loaded)
+        return histories[self.session_id]
 
     async def _io(self, fn: Any, *args: Any) -> Any:
         """Run a store call: in a thread unless the store lives in memory."""

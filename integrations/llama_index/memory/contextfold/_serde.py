@@ -54,6 +54,9 @@ class Parts:
     """The summarizer's ``RetryPolicy`` (``None``: the Compactor's default)."""
     store_url: str | None = None
     """The PostgreSQL URL the store was opened with (it carries its credentials)."""
+    histories: dict[str, list[cf.Message]] = dataclasses.field(default_factory=dict)
+    """Each session's history as loaded from the store and appended to since: shared by
+    every memory object built from these parts (a ``Context`` may rebuild its memory)."""
     key: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:
