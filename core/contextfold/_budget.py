@@ -77,8 +77,8 @@ MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
         "llama3.2": ModelLimits(131_072, 4_096),
         "llama3.3": ModelLimits(131_072, 4_096),
         # DeepSeek API
-        "deepseek-chat": ModelLimits(131_072, 8_192),
-        "deepseek-reasoner": ModelLimits(131_072, 65_536),
+        "deepseek-chat": ModelLimits(128_000, 8_192),
+        "deepseek-reasoner": ModelLimits(128_000, 65_536),
         # Qwen
         "qwen2.5": ModelLimits(131_072, 8_192),
         "qwen3": ModelLimits(131_072, 8_192),
