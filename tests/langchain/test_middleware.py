@@ -11,7 +11,7 @@ from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
-from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
+from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
 
 import contextfold as cf
 from contextfold.testing import assert_valid_within
@@ -209,3 +209,25 @@ def test_hook_compactions_reach_the_custom_stream() -> None:
         stream_mode=["custom", "values"]) if mode == "custom"]
     reports = [c[COMPACTION_EVENT] for c in custom if COMPACTION_EVENT in c]
     assert reports and all(r["tokens_after"] <= BUDGET.input_budget for r in reports)
+
+
+class SummarizingFake(ToolCallingFakeModel):
+    """Answers summary prompts with a summary; records them."""
+
+    def _decide(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        from langchain_contextfold._summarizer import SUMMARY_SYSTEM_PROMPT
+
+        assert messages[0].content == SUMMARY_SYSTEM_PROMPT
+        self.requests.append(Request(list(messages), tools))
+        return AIMessage("TASK: fetch the pages. PROGRESS: pages 0-29 fetched.")
+
+
+def test_summaries_come_from_the_agents_model_by_default() -> None:
+    model = SummarizingFake(check_sequence=False)
+    mw = CompactionMiddleware(policy=cf.SummaryPolicy(), budget=BUDGET, counter=COUNTER)
+    handler = Handler()
+    request = request_for(loop_history(30)).override(model=model)
+    mw.wrap_model_call(request, handler)
+    assert model.requests, "the agent's model was asked for the summary"
+    sent = "\n".join(str(m.content) for m in handler.requests[0].messages)
+    assert "PROGRESS: pages 0-29 fetched." in sent
