@@ -115,7 +115,7 @@ class ScriptedAgentLLM(MockFunctionCallingLLM):
 
 
 class RecordingMockLLM(MockLLM):
-    """``MockLLM`` (echoes a fixed-size answer) that records each chat request."""
+    """``MockLLM`` (answers ``max_tokens`` words) that records each chat request."""
 
     requests: list[list[ChatMessage]] = Field(default_factory=list)
 
@@ -123,19 +123,11 @@ class RecordingMockLLM(MockLLM):
         self.requests.append(list(messages))
         return super().chat(messages, **kwargs)
 
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        self.requests.append(list(messages))
-        return await super().achat(messages, **kwargs)
-
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         self.requests.append(list(messages))
         return super().stream_chat(messages, **kwargs)
 
-    async def astream_chat(
-        self, messages: Sequence[ChatMessage], **kwargs: Any
-    ) -> ChatResponseAsyncGen:
-        self.requests.append(list(messages))
-        return await super().astream_chat(messages, **kwargs)
+    # MockLLM's achat and astream_chat call chat and stream_chat: recorded there.
 
 
 def page_text(n: int, words: int = 400) -> str:

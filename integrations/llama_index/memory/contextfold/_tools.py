@@ -91,7 +91,8 @@ def _model_from_schema(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
             ge=constraints.get("minimum"),
             le=constraints.get("maximum"),
         )
-        fields[key] = (annotation if key in required else annotation | None, info)
+        optional = key not in required and prop.get("default") is None
+        fields[key] = (annotation | None if optional else annotation, info)
     extra: Literal["forbid", "ignore"] = (
         "forbid" if schema.get("additionalProperties") is False else "ignore"
     )
