@@ -82,10 +82,11 @@ class ClearToolResultsPass(SimplePolicy):
         targets: list[Target] = []
         for i in eligible:
             handle = handle_for(messages[i])
-            out[i] = self._placeholder(messages[i], handle, context)
-            if out[i] is not messages[i]:
-                    targets.append(Target(i, "tool", "cleared", count(messages[i]),
-                                      count(out[i]), messages[i].name, handle))
+            new = self._placeholder(messages[i], handle, context)
+            if count(new) < count(messages[i]):  # a placeholder is not always smaller
+                out[i] = new
+                targets.append(Target(i, "tool", "cleared", count(messages[i]), count(new),
+                                      messages[i].name, handle))
         if self.clear_tool_inputs:
             targets.extend(self._clear_inputs(messages, out, eligible, context))
         freed = sum(t.original_tokens - t.new_tokens for t in targets)
@@ -114,8 +115,6 @@ class ClearToolResultsPass(SimplePolicy):
     def _placeholder(self, m: Message, handle: str, context: CompactionContext) -> Message:
         text = (f"{CLEARED_PREFIX} to save context — {len(m.text):,} chars from "
                 f"{m.name or 'a tool'}; full text: {handle_text(handle, context)}]")
-        if len(text) >= len(m.text) and isinstance(m.content, str):
-            return m
         return replace(m, content=text)
 
     def _clear_inputs(
@@ -135,9 +134,10 @@ class ClearToolResultsPass(SimplePolicy):
                 if c.id in ids and len(c.arguments) > 40 else c
                 for c in m.tool_calls
             )
-            if calls == m.tool_calls:
+            new = replace(m, tool_calls=calls)
+            if calls == m.tool_calls or count(new) >= count(m):
                 continue
-            out[i] = replace(m, tool_calls=calls)
+            out[i] = new
             targets.append(Target(i, "assistant", "inputs_cleared", count(m), count(out[i]),
                                   None, handle))
         return targets

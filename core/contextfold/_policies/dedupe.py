@@ -74,11 +74,12 @@ class DedupeSupersededPass(SimplePolicy):
             text = (f"{SUPERSEDED_PREFIX} by a later {key[0]} call with the same arguments "
                     f"(result of call {messages[last].tool_call_id}); this earlier result: "
                     f"{handle_text(handle, context)}]")
-            if len(text) >= len(m.text) and isinstance(m.content, str):
+            pointer = replace(m, content=text)
+            if count(pointer) >= count(m):  # a pointer is not always smaller
                 continue
             out = out if out is not None else list(messages)
-            out[i] = replace(m, content=text)
-            targets.append(Target(i, "tool", "superseded", count(m), count(out[i]), m.name,
+            out[i] = pointer
+            targets.append(Target(i, "tool", "superseded", count(m), count(pointer), m.name,
                                   handle))
         if out is None:
             return PolicyOutcome(messages=messages)
