@@ -106,13 +106,13 @@ def test_clearing_never_touches_the_protected_messages(
     protected |= {i for i in tools if i > last_assistant}  # not seen by the model yet
     protected |= {i for i, m in enumerate(history)
                   if m.is_pinned or m.is_error or m.role in ("system", "user")
-                  or m.name == "get_cargo" and m.role == "tool"}
+                  or (m.name == "get_cargo" and m.role == "tool")}
     for i in protected:
         assert out[i] is history[i], f"protected message {i} ({history[i].role}) changed"
     assert len(out) == len(history)
     for i, m in enumerate(out):  # what changed is a cleared result or a cleared call
         if m is not history[i]:
-            assert m.role == "tool" and m.text.startswith("[Tool result cleared") or (
+            assert (m.role == "tool" and m.text.startswith("[Tool result cleared")) or (
                 m.role == "assistant" and inputs and m.text == history[i].text)
 
 
