@@ -229,41 +229,49 @@ class ExtractiveSummarizer:
     def _fit(self, s: _Sections, max_tokens: int) -> str:
         """Trim PROGRESS, then DECISIONS, ERRORS and the task, then DATA, to fit."""
         text = self._render(s)
+        size = self._size(text)
         steps = data = 0
-        for _ in range(6):
-            excess = len(text) - int(len(text) * max_tokens / max(self._size(text), 1))
-            if excess <= 0:
-                break
-            more_steps, more_data = _trim(s, excess + 40)
+        margin = 0.97
+        for _ in range(4):  # the first pass nearly always fits: sizes scale with characters
+            chars = int(len(text) * max_tokens / max(size, 1) * margin)
+            more_steps, more_data = _trim(s, len(text) - chars)
             steps, data = steps + more_steps, data + more_data
             text = self._render(s, steps, data)
-            if self._size(text) <= max_tokens:
+            size = self._size(text)
+            if size <= max_tokens:
                 break
+            margin *= 0.9
         return text
 
 
 def _trim(s: _Sections, excess: int) -> tuple[int, int]:
     """Drop about ``excess`` characters in the documented order; return what was omitted."""
-    omitted_steps = 0
-    while excess > 0 and len(s.progress) > 2:  # keep the first and the latest step
-        excess -= len(s.progress.pop(1)) + 4
-        omitted_steps += 1
-    for items in (s.decisions, s.errors):
-        while excess > 0 and items:
-            key = next(iter(items)) if isinstance(items, dict) else items[0]
-            excess -= len(key) + 1
-            if isinstance(items, dict):
-                del items[key]
-            else:
-                items.pop(0)
+    omitted_steps, excess = _drop(s.progress, excess, keep_first=1, keep_last=1)
+    for key in list(s.decisions):
+        if excess <= 0:
+            break
+        excess -= len(key) + 1
+        del s.decisions[key]
+    _, excess = _drop(s.errors, excess)
     if excess > 0 and s.task and len(s.task) > 200:
         excess -= len(s.task) - 200
         s.task = _short(s.task, 200)
-    while excess > 0 and len(s.progress) > 0:
-        excess -= len(s.progress.pop(0)) + 4
-        omitted_steps += 1
+    more_steps, excess = _drop(s.progress, excess)
     omitted_data = 0
     while excess > 0 and s.data:
         excess -= len(s.data.popitem()[0]) + 3
         omitted_data += 1
-    return omitted_steps, omitted_data
+    return omitted_steps + more_steps, omitted_data
+
+
+def _drop(
+    items: list[str], excess: int, keep_first: int = 0, keep_last: int = 0
+) -> tuple[int, int]:
+    """Delete items after the first ``keep_first``, oldest first, until about ``excess``
+    characters are gone (the last ``keep_last`` stay); return the count and what is left."""
+    k, end = keep_first, len(items) - keep_last
+    while excess > 0 and k < end:
+        excess -= len(items[k]) + 4
+        k += 1
+    del items[keep_first:k]
+    return k - keep_first, excess

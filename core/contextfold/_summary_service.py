@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 from ._counting import EstimatingCounter, TokenCounter
 from ._errors import ConfigurationError, SummarizerError
 from ._extractive import ExtractiveSummarizer
-from ._identifiers import message_identifiers
+from ._identifiers import extract_identifiers, message_identifiers
 from ._policy import SummaryReply, SummaryRequest
 from ._summary_cache import SummaryCache
 from ._summary_split import append_to_data, merge_request, split_request
@@ -147,7 +147,7 @@ class SummaryService:
         """Calls to an LLM summarizer (the extractive one and cache hits excluded)."""
         self.counts = dict.fromkeys(
             ("summarizer_calls", "cache_hits", "retries", "splits", "fallbacks", "failures",
-             "verified_missing"), 0,
+             "verified_missing", "verified_unfit"), 0,
         )
         """Figures for the report: every call, hits, retries, splits, fallbacks..."""
         self.notes: list[str] = []
@@ -289,14 +289,37 @@ class SummaryService:
         return SummaryReply(text=None, origin="failed", error=error)
 
     def _verify(self, request: SummaryRequest, text: str) -> str:
-        missing = [v for v in message_identifiers(request.messages) if v not in text]
+        """Append the originals' identifiers the summary lacks under DATA, within the size
+        hint; what does not fit is counted and named in the notes, never dropped silently."""
+        present = set(extract_identifiers(text))
+        missing = [
+            v for v in message_identifiers(request.messages) if v not in present and v not in text
+        ]
         if not missing:
             return text
-        self.counts["verified_missing"] += len(missing)
-        self.notes.append(
-            f"verification: appended {len(missing)} identifier(s) missing from the summary to DATA"
-        )
-        return append_to_data(text, missing)
+        fitting = missing
+        if request.max_tokens is not None:
+            room = request.max_tokens - self.counter.count_text(text) - 4
+            fitting = []
+            for value in missing:
+                room -= self.counter.count_text(value) + 2
+                if room < 0:
+                    break
+                fitting.append(value)
+        self.counts["verified_missing"] += len(fitting)
+        self.counts["verified_unfit"] += len(missing) - len(fitting)
+        if fitting:
+            self.notes.append(
+                f"verification: appended {len(fitting)} identifier(s) missing from the summary "
+                "to DATA"
+            )
+        if len(fitting) < len(missing):
+            self.notes.append(
+                f"verification: {len(missing) - len(fitting)} identifier(s) missing from the "
+                f"summary did not fit its size hint ({request.max_tokens} tokens), e.g. "
+                f"{', '.join(missing[len(fitting):][:3])}"
+            )
+        return append_to_data(text, fitting) if fitting else text
 
     def _input_tokens(self, request: SummaryRequest) -> int:
         return self.counter.count_messages(request.messages) + self.counter.count_text(
