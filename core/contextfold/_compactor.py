@@ -47,7 +47,7 @@ from ._messages import Message
 from ._policy import CompactionContext, ConversationState, Policy, PolicyOutcome
 from ._references import ReferenceCache, persist_originals
 from ._result import CompactionReport, CompactionResult
-from ._structure import SYSTEM_ROLES
+from ._structure import SYSTEM_ROLES, leading_system_count
 from ._summary_cache import LRUSummaryCache, SummaryCache, cache_for
 from ._summary_service import OnSummaryFailure, RetryPolicy, SummaryService
 from ._usage import UsageBreakdown, usage_of
@@ -321,7 +321,8 @@ class Compactor:
             tokens_before=tokens, tokens_after=tokens, messages_before=len(out),
             messages_after=len(out), method="none",
             duration=time.perf_counter() - plan.started,
-            details={"known_tokens": plan.known, "incremental": True},
+            details={"known_tokens": plan.known, "incremental": True,
+                     "usage": self._usage(out, tokens, plan.fixed)},
         )
         return CompactionResult(messages=list(out), report=report)
 
@@ -357,6 +358,7 @@ class Compactor:
                      **self._keep_originals(view, outcome)},
         )
         report = result.report
+        report.details["usage"] = self._usage(result.messages, report.tokens_after, plan.fixed)
         changed = outcome.messages is not view or bool(repairs)
         self._remember(plan, result.messages, changed)
         if plan.force:
@@ -409,6 +411,15 @@ class Compactor:
         self._known = None
         self._since = 0
         self.last_output_tokens = None
+
+    def _usage(self, out: Sequence[Message], total: int, fixed: int) -> dict[str, int | bool]:
+        """The usage breakdown of an output whose total is known (seed 003)."""
+        system = sum(map(self.counter.count_message, out[: leading_system_count(out)]))
+        budget = self.budget.input_budget
+        return UsageBreakdown(
+            system_tokens=system, tool_tokens=fixed, message_tokens=total - system - fixed,
+            total=total, budget=budget, available=budget - total, over_budget=total > budget,
+        ).as_dict()
 
     def _fixed_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
         if not tools:

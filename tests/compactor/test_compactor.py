@@ -471,3 +471,13 @@ def _fail(what: Any) -> str:
     if isinstance(what, BaseException):
         raise what
     return str(what)
+
+
+def test_every_report_carries_the_usage_breakdown(counter: cf.TokenCounter) -> None:
+    _, results = _long_run(counter, 40)
+    for _, r in results:
+        usage = r.report.details["usage"]
+        assert usage["total"] == r.report.tokens_after == counter.count_messages(r.messages)
+        assert usage["system_tokens"] == counter.count_message(r.messages[0])
+        assert usage["available"] == BUDGET.input_budget - usage["total"]
+        assert usage["over_budget"] is False

@@ -279,3 +279,18 @@ def test_compact_routes_through_the_service(counter: cf.TokenCounter) -> None:
     assert "TASK:" in summary and "DATA:" in summary  # the extractive default
     assert result.report.llm_calls == 0
     assert result.report.details["summary"]["summarizer_calls"] == 1
+
+
+def test_verification_stays_within_the_size_hint_and_says_what_did_not_fit(
+    counter: cf.TokenCounter,
+) -> None:
+    ids = [f"ORD-{10_000 + i}" for i in range(200)]
+    request = _request("Orders: " + ", ".join(ids), max_tokens=120)
+    service = _service(cf.ScriptedSummarizer(["TASK: orders\nDATA:\n- ORD-10000"]),
+                       counter=counter)
+    reply = service.answer(request)
+    assert reply.text is not None and counter.count_text(reply.text) <= 120
+    details = service.details()
+    assert details["verified_missing"] > 0 and details["verified_unfit"] > 0
+    assert details["verified_missing"] + details["verified_unfit"] == 199
+    assert any("did not fit its size hint" in n and "ORD-" in n for n in service.notes)
