@@ -190,3 +190,16 @@ async def test_batch_and_abatch_keep_conversations_apart() -> None:
     assert all(r.tool_calls for r in replies)
     engine = model.bound.engine
     assert {"t0", "t1", "t2"} <= set(engine._conversations)
+
+
+def test_create_agent_with_a_wrapped_model() -> None:
+    """``with_compaction`` works wherever a chat model does: here as create_agent's model."""
+    fake = ToolCallingFakeModel(rounds=ROUNDS)
+    agent = create_agent(_plain_model_unbound(fake), [fetch_page], system_prompt=SYSTEM)
+    state = agent.invoke({"messages": [HumanMessage(TASK)]}, config=CONFIG)
+    check_requests(fake, state["messages"])
+
+
+def _plain_model_unbound(fake: ToolCallingFakeModel) -> Any:
+    return with_compaction(fake, policy=cf.ThresholdPolicy(), budget=BUDGET,
+                           counter=model_counter(), summarizer=cf.ExtractiveSummarizer())
