@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, overload
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ._budget import Budget
 from ._compact import drive_async, drive_sync, finish, prepare
@@ -42,39 +41,20 @@ from ._events import (
     emit,
 )
 from ._extractive import ExtractiveSummarizer
+from ._incremental import Joined, Plan, Prefix
 from ._learning import learned_in, learning_of
 from ._messages import Message
 from ._policy import CompactionContext, ConversationState, Policy, PolicyOutcome
 from ._references import ReferenceCache, persist_originals
 from ._result import CompactionReport, CompactionResult
-from ._structure import SYSTEM_ROLES, leading_system_count
+from ._structure import leading_system_count
 from ._summary_cache import LRUSummaryCache, SummaryCache, cache_for
 from ._summary_service import OnSummaryFailure, RetryPolicy, SummaryService
 from ._usage import UsageBreakdown, usage_of
-from ._validate import validate
 
 __all__ = ["Compactor"]
 
 logger = logging.getLogger("contextfold")
-
-_APPENDABLE = frozenset({"no_user", "assistant_before_user"})  # fine after a valid prefix
-
-
-@dataclass
-class _Plan:
-    """One call's decision: what the policy works on and the figures behind it."""
-
-    messages: Sequence[Message]
-    base: Sequence[Message]
-    new_tokens: int | None
-    force: bool
-    needs: bool
-    fixed: int
-    tools: Sequence[Mapping[str, Any]] | None
-    known: int | None
-    started: float
-    was_idle: bool
-
 
 class Compactor:
     """Compacts one conversation across calls: incremental, calibrated, failure-safe.
@@ -102,13 +82,7 @@ class Compactor:
 
     last_output_tokens: int | None
     """The output tokens of the last reported usage, when given."""
-    _primed: bool
-    _seen: list[Message]  # the previous input (a snapshot, extended in place)
-    _out: tuple[Message, ...]  # the previous output: the prefix of the next one
-    _out_tokens: int
-    _out_valid: bool
-    _call_ids: set[str]
-    _fixed: int
+    _prefix: Prefix  # the previous input and output
     _known: int | None  # provider-reported input tokens of the previous output
     _since: int  # estimated tokens added since that report
 
@@ -250,7 +224,7 @@ class Compactor:
     def _plan(
         self, messages: Sequence[Message], force: bool,
         tools: Sequence[Mapping[str, Any]] | None,
-    ) -> _Plan | CompactionResult:
+    ) -> Plan | CompactionResult:
         started = time.perf_counter()
         if force and self._stalled is not None:
             before, after = self._stalled
@@ -261,9 +235,10 @@ class Compactor:
             )
         tools = tools if tools is not None else self.tools
         fixed = self._fixed_tokens(tools)
-        new = self._extension(messages) if fixed == self._fixed else None
+        prefix = self._prefix
+        new = prefix.extension(messages) if fixed == prefix.fixed else None
         if new is not None and (getattr(self.policy, "always_run", False)
-                                or not self._appendable(new)):
+                                or not prefix.appendable(new)):
             new = None  # rebuilt on every call, or the extension needs the full history
         if new is None:
             self._known, self._since = None, 0  # the reported usage was of another input
@@ -272,51 +247,23 @@ class Compactor:
             estimate = self.counter.count_messages(messages) + fixed
             known = None
         else:
-            base = _Joined(self._out, new)
+            base = Joined(prefix.out, new)
             new_tokens = sum(map(self.counter.count_message, new))
-            estimate = self._out_tokens + new_tokens + fixed
+            estimate = prefix.out_tokens + new_tokens + fixed
             known = None if self._known is None else self._known + self._since + new_tokens
         effective = max(estimate, known or 0)
         needs = force or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, len(base), fixed, force, needs)
-        plan = _Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started,
+        plan = Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started,
                      self._state.idle)
         if new is not None and not needs:
             return self._append(plan, new, estimate)
         return plan
 
-    def _extension(self, messages: Sequence[Message]) -> list[Message] | None:
-        """The messages added since the last call, or ``None`` when the input does not
-        extend the last input. The snapshot is extended on a match."""
-        seen, n = self._seen, len(self._seen)
-        if not self._primed or len(messages) < n:
-            return None
-        new = list(messages[n:])
-        seen.extend(new)
-        # One C-level pass: identity first for every element, equality where not identical.
-        if seen == (messages if isinstance(messages, list) else list(messages)):
-            return new
-        del seen[n:]
-        return None
-
-    def _appendable(self, new: list[Message]) -> bool:
-        """True when the valid previous output followed by ``new`` is still valid."""
-        if not self._out_valid:
-            return False
-        if not new:
-            return True
-        for m in new:
-            if m.role in SYSTEM_ROLES or any(c.id in self._call_ids for c in m.tool_calls):
-                return False
-        return all(p.code in _APPENDABLE for p in validate(new))
-
-    def _append(self, plan: _Plan, new: list[Message], tokens: int) -> CompactionResult:
+    def _append(self, plan: Plan, new: list[Message], tokens: int) -> CompactionResult:
         """The fast path: the previous output, untouched, plus the new messages."""
-        out = self._out + tuple(new)
-        self._out = out
-        self._out_tokens += plan.new_tokens or 0
+        out = self._prefix.append(new, plan.new_tokens or 0)
         self._since += plan.new_tokens or 0
-        self._call_ids.update(c.id for m in new for c in m.tool_calls)
         report = CompactionReport(
             tokens_before=tokens, tokens_after=tokens, messages_before=len(out),
             messages_after=len(out), method="none",
@@ -329,7 +276,7 @@ class Compactor:
     # -- running ---------------------------------------------------------------------
 
     def _prepare(
-        self, plan: _Plan
+        self, plan: Plan
     ) -> tuple[Sequence[Message], tuple[str, ...], CompactionContext]:
         plan.base = list(plan.base)
         if plan.needs:
@@ -347,7 +294,7 @@ class Compactor:
         )
 
     def _complete(
-        self, plan: _Plan, view: Sequence[Message], repairs: tuple[str, ...],
+        self, plan: Plan, view: Sequence[Message], repairs: tuple[str, ...],
         context: CompactionContext, outcome: PolicyOutcome, service: SummaryService,
     ) -> CompactionResult:
         result = finish(
@@ -373,16 +320,10 @@ class Compactor:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return result
 
-    def _remember(self, plan: _Plan, out: Sequence[Message], changed: bool) -> None:
+    def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
         """Keep the output as the prefix for the next call."""
-        if plan.new_tokens is None:
-            self._seen = list(plan.messages)
-        self._primed = True
-        self._fixed = plan.fixed
-        self._out = tuple(out)
-        self._out_tokens = self.counter.count_messages(self._out)
-        self._out_valid = not validate(self._out)
-        self._call_ids = {c.id for m in self._out for c in m.tool_calls}
+        restarted = plan.messages if plan.new_tokens is None else None
+        self._prefix.remember(restarted, out, plan.fixed, self.counter)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
         elif plan.new_tokens is not None:
@@ -401,13 +342,7 @@ class Compactor:
                 **({"learned": learned.as_dict()} if learned is not None else {})}
 
     def _forget(self) -> None:
-        self._primed = False
-        self._seen = []
-        self._out = ()
-        self._out_tokens = 0
-        self._out_valid = False
-        self._call_ids = set()
-        self._fixed = 0
+        self._prefix = Prefix()
         self._known = None
         self._since = 0
         self.last_output_tokens = None
@@ -444,28 +379,3 @@ class Compactor:
                 self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
                 force, needs,
             )
-
-
-class _Joined(Sequence[Message]):
-    """``prefix + new`` without copying, until a policy run needs a list."""
-
-    __slots__ = ("_new", "_prefix")
-
-    def __init__(self, prefix: tuple[Message, ...], new: list[Message]) -> None:
-        self._prefix, self._new = prefix, new
-
-    def __len__(self) -> int:
-        return len(self._prefix) + len(self._new)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        return [*self._prefix, *self._new][index]
-
-    def __iter__(self) -> Iterator[Message]:
-        yield from self._prefix
-        yield from self._new
