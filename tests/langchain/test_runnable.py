@@ -308,3 +308,17 @@ async def test_concurrent_calls_on_one_conversation_never_mix_histories() -> Non
         ids = {m.tool_call_id for m in request.core if m.role == "tool"}
         assert ids and all(i.startswith(f"t{owner}_") for i in ids)
         assert cf.validate(request.core) == []
+
+
+async def test_idle_reply_when_streaming() -> None:
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
+    model = wrapped(fake, policy=cf.LoopSlicePolicy(max_context_messages=2))
+    history: list[BaseMessage] = [SystemMessage("Work alone.")]
+    chunks: list[Any] = []
+    for _ in range(3):  # two nudged calls reach the model, the third nudge goes idle
+        chunks = [c async for c in model.astream(history)]
+        history.append(AIMessage("working"))
+    assert len(fake.requests) == 2
+    assert "idle" in "".join(str(c.content) for c in chunks)
+    assert not any(c.tool_call_chunks for c in chunks)
+    assert "idle" in str(next(iter(model.stream(history))).content)
