@@ -9,6 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._policies._fit import shrink_message
 from contextfold._policies.threshold import (
     COMPACTION_NOTICE,
     CONTINUATION_NUDGE,
@@ -280,11 +281,45 @@ def test_drops_oldest_unprotected_groups_when_truncation_is_not_enough(
     assert {m.id for m in requests[0].messages} >= {history[i].id for i in dropped}
 
 
-def test_budget_error_only_when_the_protected_part_cannot_fit(counter: cf.TokenCounter) -> None:
+def test_protections_degrade_in_order_when_they_do_not_fit(counter: cf.TokenCounter) -> None:
+    # A huge task and two huge results in half their size: seed 004's protections (first
+    # user message, last 3 of each role) cannot fit, so the policy degrades to cutting the
+    # first user message and the newest group head+tail instead of failing.
     history = [cf.Message(role="user", content=words(20_000, "task"))]
     history += tool_step("a", 20_000) + tool_step("b", 20_000)
     window = counter.count_messages(history) // 2
-    with pytest.raises(cf.BudgetExceededError) as info:
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert cf.validate(outcome.messages) == []
+    assert counter.count_messages(outcome.messages) <= window
+    assert outcome.details["degradation"] == "cut_to_fit"
+    ids = [m.id for m in outcome.messages]
+    assert history[0].id in ids and history[-2].id in ids and history[-1].id in ids
+    first = next(m for m in outcome.messages if m.id == history[0].id)
+    assert first.text.startswith("task lorem") and "TRUNCATED" in first.text
+    assert history[0] in requests[0].messages  # its full text goes to the summary
+
+
+def test_recency_is_relaxed_before_errors_are_touched(counter: cf.TokenCounter) -> None:
+    history = [cf.Message(role="user", content="Read them all.")]
+    history += tool_step("e", 3_000, error=True)
+    for k in range(3):
+        history += tool_step(f"c{k}", 3_000)
+    error = history[2]
+    window = int((counter.count_messages(history) - counter.count_message(history[4])) * 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(summary_max_share=0.05), history,
+                       context_for(counter, window))
+    assert counter.count_messages(outcome.messages) <= window
+    assert outcome.details["degradation"].startswith("protect_recent=")
+    assert error in outcome.messages  # verbatim: recency went first
+    assert history[-1] in outcome.messages  # the newest group is never dropped
+
+
+def test_budget_error_only_when_the_stated_minimum_cannot_fit(counter: cf.TokenCounter) -> None:
+    history = [cf.Message(role="system", content=words(4_000, "sys")),
+               cf.Message(role="user", content=words(20_000, "task"))]
+    history += tool_step("a", 20_000) + tool_step("b", 20_000)
+    window = counter.count_messages(history[:1]) + 40  # the notice alone takes more
+    with pytest.raises(cf.BudgetExceededError, match="cut head\\+tail to their labels") as info:
         drive(cf.ThresholdPolicy(), history, context_for(counter, window))
     assert info.value.needed > info.value.available == window
 
@@ -332,6 +367,20 @@ def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
     return ids
 
 
+def newest_group(messages: Sequence[cf.Message]) -> list[cf.Message]:
+    return list(cf.split_groups(messages)[-1].messages)
+
+
+def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
+    """The stated minimum: system messages, the first user message and the newest group cut
+    to their labels, and the notice."""
+    users = [m for m in history if m.role == "user"]
+    keep = {m.id for m in newest_group(history)} | {m.id for m in users[:1]}
+    floor = [m if m.role == "system" else shrink_message(m, cf.HeadTail(), max_chars=0)
+             for m in history if m.role == "system" or m.id in keep]
+    return [*floor, cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")]
+
+
 @settings(max_examples=max(200, settings.default.max_examples))  # central invariant
 @given(history=histories(max_turns=10), share=st.floats(0.6, 2.5), force=st.booleans(),
        known=st.none() | st.floats(0.5, 1.2))
@@ -347,25 +396,68 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
                             summarizer=summarizer, force=force, known_tokens=known_tokens)
     except cf.BudgetExceededError:
-        # Necessary condition: the groups holding protected messages, untouched, plus the
-        # notice, do not fit. (The policy shrinks their other members, so it may raise less.)
-        keep = protected_ids(history)
-        groups = [g for g in cf.split_groups(history) if any(m.id in keep for m in g.messages)]
-        floor = [m for m in history if m.role == "system" or m.id in keep]
-        notice = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
-        assert counter.count_messages([*floor, notice]) > budget.input_budget or any(
-            m.id not in keep for g in groups for m in g.messages
-        )
+        assert counter.count_messages(bare_floor(history)) > budget.input_budget
         event("budget exceeded")
         return
-    event(f"method {result.report.method}, dropped {bool(result.report.details.get('dropped'))}")
+    degradation = result.report.details.get("degradation", "none")
+    event(f"method {result.report.method}, degradation {degradation}")
     assert_valid_within(result.messages, budget, counter)
+    out_ids = {m.id for m in result.messages}
+    assert {m.id for m in newest_group(history)} <= out_ids
+    assert next(m.id for m in history if m.role == "user") in out_ids
     out = {id(m) for m in result.messages}
-    if result.report.method != "none":
+    if result.report.method != "none" and degradation == "none":
         for m in history:
             if m.id in protected_ids(history):
                 assert id(m) in out, f"protected {m.role} message changed or dropped"
     assert summarizer.calls <= 1
+
+
+@given(history=histories(max_turns=10), share=st.floats(0.3, 1.3))
+def test_protections_degrade_only_when_they_do_not_fit(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float
+) -> None:
+    # Sufficient condition for seed 004's behaviour: when the protected messages alone
+    # (their groups hold nothing else), plus generous room for the summary message, fit
+    # the target, nothing protected is touched.
+    keep = protected_ids(history)
+    groups = [g for g in cf.split_groups(history) if any(m.id in keep for m in g.messages)]
+    if any(m.id not in keep and m.role != "system" for g in groups for m in g.messages):
+        return
+    budget = cf.Budget(context_window=max(50, int(counter.count_messages(history) * share)))
+    room = (counter.count_text(COMPACTION_NOTICE) + counter.count_text(CONTINUATION_NUDGE)
+            + 120 + min(2_000, int(budget.target_tokens * 0.2)))
+    floor = [m for m in history if m.role == "system" or m.id in keep]
+    if counter.count_messages(floor) + room > budget.target_tokens:
+        return
+    result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
+                        summarizer=cf.ScriptedSummarizer(default="TASK: t\nDATA: KT-1"))
+    if result.report.method != "none":
+        assert result.report.details.get("degradation", "none") == "none"
+        kept = {id(m) for m in result.messages}
+        assert all(id(m) in kept for m in history if m.id in keep)
+
+
+@settings(max_examples=max(200, settings.default.max_examples))  # central invariant
+@given(history=histories(max_turns=8), share=st.floats(0.02, 0.6), force=st.booleans())
+def test_tiny_budgets_degrade_or_fail_only_below_the_stated_minimum(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float, force: bool
+) -> None:
+    budget = cf.Budget(context_window=max(20, int(counter.count_messages(history) * share)))
+    try:
+        result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
+                            summarizer=cf.ScriptedSummarizer(default="TASK: t\nDATA: KT-1"),
+                            force=force)
+    except cf.BudgetExceededError as exc:
+        assert counter.count_messages(bare_floor(history)) > budget.input_budget
+        assert exc.needed > exc.available
+        event("budget exceeded")
+        return
+    event(f"degradation {result.report.details.get('degradation', 'none')}")
+    assert_valid_within(result.messages, budget, counter)
+    out_ids = {m.id for m in result.messages}
+    assert {m.id for m in newest_group(history)} <= out_ids
+    assert next(m.id for m in history if m.role == "user") in out_ids
 
 
 @given(history=histories(max_turns=6, imperfect=True), share=st.floats(0.3, 1.2))

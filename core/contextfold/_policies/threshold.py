@@ -16,14 +16,30 @@ When the input passes ``budget.trigger`` (75%) the policy compacts it towards
 5. add a user message with the summary and the continuation nudge, or, when the summary
    failed, seed 004's compaction notice.
 
-Degradation, when truncating every eligible message is not enough: whole groups
-(an assistant message with its tool results, or a standalone message) that hold no
-protected message are dropped, oldest first, until the projection reaches the target.
-Their full text goes into the summary request with the truncated targets, so the summary
-covers them, and the store keeps the full history. Then a summary that does not fit under
-the trigger is cut head+tail, then replaced by the notice.
-:class:`~contextfold.BudgetExceededError` is raised only when the protected messages and
-the notice do not fit the input budget.
+Degradation, when seed 004's protections do not leave room for the target (they assume a
+window of a million tokens), in this order, each step only when the one before it does not
+reach the target with the summary's room:
+
+1. the recency protection is relaxed one message at a time, ``protect_recent`` down to 0;
+   errors and pinned messages stay protected, and so does the newest group (its last
+   message of each role verbatim);
+2. error and pinned messages become targets too (cut head+tail like any other);
+3. groups holding them may be dropped, after every other group.
+
+Dropping takes whole groups (a call with its results, or a standalone message), oldest
+first, never the group of the first user message or the newest group; their full text
+goes into the summary request with the truncated targets, so the summary's DATA keeps
+their identifiers, and the store keeps the full history. When no step reaches the target,
+the least degraded one whose output fits the input budget with the summary's room is used,
+else the least degraded one that fits with the notice. When none fits, the first user
+message and the newest group are cut head+tail (their tool calls kept) to the largest
+common size that fits: :class:`~contextfold.BudgetExceededError` is raised only when the
+system messages, those messages cut to their labels and the notice do not fit.
+
+The summary takes what is left under the target (at least its reserved room, within the
+input budget); a longer one (an LLM past its hint, or verification appending missing
+identifiers) is cut section by section, DATA last (:mod:`.threshold_fit`), and replaced by
+the notice only when not even its headings fit.
 
 Where the summary goes: seed 004 pushes it onto the end. So do we, with one exception: a
 trailing user prompt (not a summary) stays last, with the summary just before it, so the
@@ -53,12 +69,20 @@ from .._policy import (
     PolicyRun,
     SummaryReply,
     SummaryRequest,
-    Target,
 )
 from .._references import handle_for, handle_text
 from .._shrink import HeadTail, truncate_head_tail
 from .._structure import SYSTEM_ROLES, split_groups
+from ._fit import shrink_message, squeeze
 from .passes import strip_images
+from .threshold_fit import (
+    SUMMARY_HEADER,
+    dropped_note,
+    fit_sections,
+    insert_summary,
+    summary_message,
+)
+from .threshold_plan import Level, Plan, plan_details, plan_targets, protected_at
 
 __all__ = [
     "COMPACTION_NOTICE",
@@ -81,9 +105,6 @@ DECISIONS: Any decisions or confirmations made
 Copy every identifier, reference number, name and amount exactly as written."""
 """Seed 004's five-section summary prompt."""
 
-SUMMARY_HEADER = "[Compaction Summary]\n\n"
-"""The first line of the summary message."""
-
 CONTINUATION_NUDGE = (
     "[Status: Context was compacted. The messages above contain truncated versions of older "
     "content. This summary captures the full conversation state. Continue where you left off. "
@@ -100,21 +121,6 @@ COMPACTION_NOTICE = (
 """Seed 004's notice, used when no summary could be made."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
-
-
-@dataclass
-class _Plan:
-    """What the policy decided before asking for the summary."""
-
-    work: Sequence[Message]
-    strip_targets: tuple[Target, ...]
-    protected: frozenset[int]
-    offset: int
-    reserve: int
-    chosen: dict[int, Message] = field(default_factory=dict)
-    dropped: set[int] = field(default_factory=set)
-    passes: dict[str, int] = field(default_factory=dict)
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,49 +193,57 @@ class ThresholdPolicy:
 
     # -- planning --------------------------------------------------------------------
 
-    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> _Plan:
-        protected = self._protected(messages)
-        work, strip_targets = (
-            strip_images(messages, context, keep=protected)
-            if self.strip_images else (messages, ())
-        )
+    def _levels(self) -> list[Level]:
+        """Seed 004's protections first, then the documented degradation, in order."""
+        levels = [Level(f"protect_recent={r}" if r < self.protect_recent else "none", r)
+                  for r in range(self.protect_recent, -1, -1)]
+        levels.append(Level("cut_protected", 0, cut_protected=True))
+        levels.append(Level("drop_protected", 0, cut_protected=True, drop_protected=True))
+        return levels
+
+    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> Plan:
+        """The least degraded plan that reaches the target, else fits the budget."""
         estimate = context.measure(messages)
         offset = max(0, (context.known_tokens or 0) - estimate)
         if context.force:  # the provider said the input overflowed: it is at least the budget
             offset = max(offset, context.budget.input_budget + 1 - estimate)
-        plan = _Plan(
-            work=work, strip_targets=strip_targets, protected=protected,
-            offset=offset, reserve=self._reserve(context),
+        reserve = self._reserve(context)
+        target, limit = context.budget.target_tokens, context.budget.input_budget
+        tried: list[tuple[Plan, int]] = []
+        for level in self._levels():
+            plan = self._plan_at(level, messages, context, offset, reserve)
+            size = context.measure(plan.kept())
+            if size + offset + reserve <= target:
+                return plan
+            tried.append((plan, size))
+        notice = self._notice_tokens(context)
+        for room in (reserve, notice):  # no step reaches the target: the least degraded fit
+            for plan, size in tried:
+                if size + room <= limit:
+                    return plan
+        return self._to_the_bone(tried[-1][0], context)
+
+    def _plan_at(
+        self, level: Level, messages: Sequence[Message], context: CompactionContext,
+        offset: int, reserve: int,
+    ) -> Plan:
+        frozen, anchored = protected_at(messages, level)
+        work, strip_targets = (
+            strip_images(messages, context, keep=frozen) if self.strip_images else (messages, ())
         )
-        projected = context.measure(work) + offset + plan.reserve
+        plan = Plan(work=work, strip_targets=strip_targets, frozen=frozen, anchored=anchored,
+                     offset=offset, reserve=reserve, level=level.name)
+        projected = context.measure(work) + offset + reserve
         saved = self._select(plan, context, projected - context.budget.target_tokens)
         excess = projected - saved - context.budget.target_tokens
         if excess > 0:
             self._drop(plan, context, excess)
         return plan
 
-    def _protected(self, work: Sequence[Message]) -> frozenset[int]:
-        protected: set[int] = set()
-        seen = {"tool": 0, "assistant": 0, "user": 0}
-        first_user = None
-        for i in range(len(work) - 1, -1, -1):
-            m = work[i]
-            if m.role in seen:
-                if seen[m.role] < self.protect_recent:
-                    protected.add(i)
-                seen[m.role] += 1
-            if m.role == "user":
-                first_user = i
-            if m.role in SYSTEM_ROLES or m.is_error or m.is_pinned:
-                protected.add(i)
-        if first_user is not None:
-            protected.add(first_user)
-        return frozenset(protected)
-
     def _eligible(self, m: Message) -> bool:
         return len(m.text) + len(m.reasoning or "") >= self.min_compaction_chars
 
-    def _select(self, plan: _Plan, context: CompactionContext, need: int) -> int:
+    def _select(self, plan: Plan, context: CompactionContext, need: int) -> int:
         """Pick targets pass by pass until ``need`` tokens are saved; the tokens saved."""
         count = context.counter.count_message
         learned = learned_in(context.state)
@@ -239,7 +253,7 @@ class ThresholdPolicy:
                 break
             order = [
                 i for i, m in enumerate(plan.work)
-                if m.role == role and i not in plan.protected and self._eligible(m)
+                if m.role == role and i not in plan.frozen and self._eligible(m)
             ]
             if role == "tool":  # largest first; oldest first among equals
                 order.sort(key=lambda i: -count(plan.work[i]))
@@ -256,21 +270,52 @@ class ThresholdPolicy:
                     saved += gain
         return saved
 
-    def _drop(self, plan: _Plan, context: CompactionContext, need: int) -> None:
-        """Drop whole unprotected groups, oldest first, until ``need`` tokens are saved."""
+    def _drop(self, plan: Plan, context: CompactionContext, need: int) -> None:
+        """Drop whole groups not anchored, oldest first (groups holding an error or pinned
+        message after all others), until ``need`` tokens are saved."""
         count = context.counter.count_message
         saved = 0
-        for group in split_groups(plan.work):
+        groups = [g for g in split_groups(plan.work)
+                  if not any(i in plan.anchored for i in range(g.start, g.end))]
+        groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
+        for group in groups:
             if saved >= need:
                 break
             indices = range(group.start, group.end)
-            if any(i in plan.protected for i in indices):
-                continue
             saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
             plan.dropped.update(indices)
         if plan.dropped:
             span = handle_for(plan.work[i] for i in sorted(plan.dropped))
-            plan.note = _dropped_note(span, len(plan.dropped), context)
+            plan.note = dropped_note(span, len(plan.dropped), context)
+
+    def _to_the_bone(self, plan: Plan, context: CompactionContext) -> Plan:
+        """Every group that may go dropped; then the first user message and the newest group
+        cut head+tail to the largest common size that fits with the summary's room (or the
+        notice). Raises when even their labels do not fit."""
+        self._drop(plan, context, 10**18)
+        plan.level = "cut_to_fit"
+        kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
+        out = [plan.chosen.get(i, plan.work[i]) for i in kept]
+        spots = [k for k, i in enumerate(kept) if plan.work[i].role not in SYSTEM_ROLES]
+        originals = [plan.work[kept[k]] for k in spots]
+        limit = context.budget.input_budget
+        target = context.budget.target_tokens - plan.offset
+        notice = self._summary_message(None, context)  # the bare notice, the last resort
+        for room, ceiling in ((plan.reserve, min(target, limit)),
+                              (self._notice_tokens(context), limit), (0, limit)):
+            def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling) -> bool:
+                if room:
+                    return context.measure(candidate) + room <= top
+                return context.measure(insert_summary(list(candidate), notice)) <= top
+            if squeeze(out, spots, originals, fits, self.head_tail):
+                for k in spots:
+                    if out[k] is not plan.work[kept[k]]:
+                        plan.chosen[kept[k]] = out[k]
+                return plan
+        floor = list(out)
+        for k, original in zip(spots, originals, strict=True):
+            floor[k] = shrink_message(original, self.head_tail, max_chars=0)
+        raise self._too_big(insert_summary(floor, notice), context)
 
     def _truncate(self, m: Message, context: CompactionContext) -> Message:
         text = truncate_head_tail(m.text, self.head_tail,
@@ -284,17 +329,23 @@ class ThresholdPolicy:
         return replace(m, content=content)
 
     def _reserve(self, context: CompactionContext) -> int:
-        """Tokens the summary message will take, at its size hint."""
-        note = _dropped_note("ctx_" + "0" * 12, 999, context)
+        """Tokens the summary message will take, at its size hint (never less than the
+        notice's)."""
+        note = dropped_note("ctx_" + "0" * 12, 999, context)
         wrapper = Message(role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{self.nudge}",
                           source="summary")
-        return context.counter.count_message(wrapper) + self._summary_tokens(context)
+        summary = context.counter.count_message(wrapper) + self._summary_tokens(context)
+        return max(summary, self._notice_tokens(context))
+
+    def _notice_tokens(self, context: CompactionContext) -> int:
+        note = dropped_note("ctx_" + "0" * 12, 999, context)
+        return context.counter.count_message(self._summary_message(None, context, note))
 
     def _summary_tokens(self, context: CompactionContext) -> int:
         share = int(context.budget.target_tokens * self.summary_max_share)
         return max(1, min(self.summary_max_tokens, share))
 
-    def _originals(self, plan: _Plan) -> tuple[Message, ...]:
+    def _originals(self, plan: Plan) -> tuple[Message, ...]:
         """The full text of every target and dropped message, in order, after the first user
         message (kept verbatim in the context, sent along so the summary can state the TASK)."""
         picked = sorted(set(plan.chosen) | plan.dropped)
@@ -306,7 +357,7 @@ class ThresholdPolicy:
     # -- finishing -------------------------------------------------------------------
 
     def _without_summary(
-        self, messages: Sequence[Message], plan: _Plan, context: CompactionContext
+        self, messages: Sequence[Message], plan: Plan, context: CompactionContext
     ) -> PolicyOutcome:
         """Nothing to truncate or drop: images stripped at most, or nothing to do."""
         if context.measure(plan.work) > context.budget.input_budget:
@@ -314,157 +365,78 @@ class ThresholdPolicy:
         if not plan.strip_targets:
             return PolicyOutcome(
                 messages=messages, notes=("threshold: nothing eligible for compaction",),
-                details=self._details(messages, plan, context, summary="none"),
+                details=plan_details(messages, plan, context, summary="none"),
             )
         return PolicyOutcome(
             messages=plan.work, method=self.name, targets=plan.strip_targets,
-            details=self._details(messages, plan, context, summary="none"),
+            details=plan_details(messages, plan, context, summary="none"),
         )
 
     def _finish(
-        self, messages: Sequence[Message], plan: _Plan, reply: SummaryReply,
+        self, messages: Sequence[Message], plan: Plan, reply: SummaryReply,
         context: CompactionContext,
     ) -> PolicyOutcome:
-        kept = [plan.chosen.get(i, m) for i, m in enumerate(plan.work) if i not in plan.dropped]
+        """The kept messages with the summary, which takes what is left under the target
+        (at least its reserve, within the budget), cut section by section when longer."""
+        kept = plan.kept()
+        limit = context.budget.input_budget
+        base = context.measure(kept)
+        ceiling = min(limit, max(context.budget.target_tokens - plan.offset, base + plan.reserve))
         notes: list[str] = []
-        summary = self._summary_message(reply.text, context, plan.note)
-        out = _insert_summary(kept, summary)
-        if context.measure(out) + plan.offset > context.budget.trigger_tokens and reply.text:
-            room = context.budget.trigger_tokens - plan.offset - context.measure(kept)
-            summary = self._fit_summary(reply.text, room, context, plan.note)
-            out = _insert_summary(kept, summary)
-            notes.append("threshold: summary cut to fit the budget")
-        for note in dict.fromkeys((plan.note, "")):  # the bare notice when the note is too big
-            if context.measure(out) > context.budget.input_budget:
+        summary: Message | None = None
+        if reply.text is not None:
+            def fits(text: str) -> bool:
+                message = self._summary_message(text, context, plan.note)
+                return context.measure(insert_summary(kept, message)) <= ceiling
+            text = fit_sections(reply.text, fits)
+            if text is not None:
+                summary = self._summary_message(text, context, plan.note)
+                if text != reply.text:
+                    notes.append("threshold: summary cut to fit the budget")
+        if summary is None:  # the notice, without the note when that is too big
+            for note in dict.fromkeys((plan.note, "")):
                 summary = self._summary_message(None, context, note)
-                out = _insert_summary(kept, summary)
-        if context.measure(out) > context.budget.input_budget:
-            return self._no_room(messages, plan, kept, context)
+                if context.measure(insert_summary(kept, summary)) <= limit:
+                    break
+        assert summary is not None
+        out = insert_summary(kept, summary)
+        if context.measure(out) > limit:
+            return self._no_room(messages, plan, out, context)
         used = "notice" if summary.metadata.get("compaction") == "notice" else "summary"
         if reply.text is None:
             notes.append(f"threshold: summary failed ({reply.error}); used the compaction notice")
+        elif used == "notice":
+            notes.append("threshold: the summary did not fit; used the compaction notice")
         return PolicyOutcome(
-            messages=out, method=self.name, targets=self._targets(plan, context),
-            notes=tuple(notes), details=self._details(messages, plan, context, summary=used,
+            messages=out, method=self.name, targets=plan_targets(plan, context),
+            notes=tuple(notes), details=plan_details(messages, plan, context, summary=used,
                                                       origin=reply.origin),
         )
 
     def _no_room(
-        self, messages: Sequence[Message], plan: _Plan, kept: list[Message],
+        self, messages: Sequence[Message], plan: Plan, out: list[Message],
         context: CompactionContext,
     ) -> PolicyOutcome:
-        """Not even the notice fits beside what compaction kept (it saved less than the
-        notice costs): the input with images stripped if that fits, else the truncated
-        messages without a summary when nothing was dropped, else the error."""
-        limit = context.budget.input_budget
-        note = "threshold: compaction saved less than its summary would cost"
-        if context.measure(plan.work) <= limit:
+        """Not even the notice fits beside what compaction kept (planning leaves room for
+        it, so only a summary message larger than planned gets here): the input with images
+        stripped if that fits, else the error."""
+        if context.measure(plan.work) <= context.budget.input_budget:
             outcome = self._without_summary(messages, plan, context)
-            return replace(outcome, notes=(*outcome.notes, note))
-        if not plan.dropped and context.measure(kept) <= limit:
-            return PolicyOutcome(
-                messages=kept, method=self.name, targets=self._targets(plan, context),
-                notes=(note + "; sent without one",),
-                details=self._details(messages, plan, context, summary="none"),
-            )
-        self._drop(plan, context, 10**18)  # last resort: every unprotected group goes
-        kept = [plan.chosen.get(i, m) for i, m in enumerate(plan.work) if i not in plan.dropped]
-        for extra in dict.fromkeys((plan.note, "")):
-            out = _insert_summary(kept, self._summary_message(None, context, extra))
-            if context.measure(out) <= limit:
-                return PolicyOutcome(
-                    messages=out, method=self.name, targets=self._targets(plan, context),
-                    notes=(note + "; every unprotected group dropped, notice used",),
-                    details=self._details(messages, plan, context, summary="notice"),
-                )
+            return replace(outcome, notes=(
+                *outcome.notes, "threshold: compaction saved less than its summary would cost"))
         raise self._too_big(out, context)
 
     def _summary_message(
         self, text: str | None, context: CompactionContext, note: str = ""
     ) -> Message:
         """The summary (or the notice), with ``note`` naming the handle of what was dropped."""
-        note = f"\n\n{note}" if note else ""
-        if text is None:
-            return Message(role="user", content=self.notice + note, source="summary",
-                           created_at=context.now, metadata={"compaction": "notice"})
-        return Message(
-            role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{self.nudge}",
-            source="summary", created_at=context.now, metadata={"compaction": "threshold"},
-        )
-
-    def _fit_summary(
-        self, text: str, room: int, context: CompactionContext, note: str = ""
-    ) -> Message:
-        """The summary message cut head+tail so it takes at most ``room`` tokens, or the
-        notice when not even a short summary fits."""
-        for _ in range(6):
-            message = self._summary_message(text, context, note)
-            size = context.counter.count_message(message)
-            if size <= room:
-                return message
-            overhead = size - context.counter.count_text(text)
-            keep = (room - overhead) / max(1, size - overhead)
-            if keep <= 0.05 or len(text) < 200:
-                break
-            text = truncate_head_tail(text, HeadTail(0.6, 10**9, 0.3, 10**9),
-                                      max_chars=int(len(text) * keep * 0.9))
-        return self._summary_message(None, context, note)
-
-    def _targets(self, plan: _Plan, context: CompactionContext) -> tuple[Target, ...]:
-        count = context.counter.count_message
-        out = list(plan.strip_targets)
-        span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
-        for i in sorted(set(plan.chosen) | plan.dropped):
-            m = plan.work[i]
-            dropped = i in plan.dropped
-            out.append(Target(
-                index=i, role=m.role, method="dropped" if dropped else "truncated",
-                original_tokens=count(m), new_tokens=0 if dropped else count(plan.chosen[i]),
-                tool_name=m.name if m.role == "tool" else None,
-                handle=span if dropped else handle_for(m),
-            ))
-        return tuple(out)
-
-    def _details(
-        self, messages: Sequence[Message], plan: _Plan, context: CompactionContext, *,
-        summary: str, origin: str | None = None,
-    ) -> dict[str, object]:
-        return {
-            "estimate_tokens": context.measure(messages),
-            "known_tokens": context.known_tokens,
-            "effective_tokens": context.measure(messages) + plan.offset,
-            "trigger_tokens": context.budget.trigger_tokens,
-            "target_tokens": context.budget.target_tokens,
-            "forced": context.force,
-            "images_stripped": len(plan.strip_targets),
-            "truncated": len(plan.chosen) - len(plan.dropped & set(plan.chosen)),
-            "passes": dict(plan.passes),
-            "dropped": len(plan.dropped),
-            "summary_kind": summary,
-            "summary_origin": origin,
-        }
+        return summary_message(text, context, nudge=self.nudge, notice=self.notice, note=note)
 
     def _too_big(self, out: Sequence[Message], context: CompactionContext) -> BudgetExceededError:
         return BudgetExceededError(
-            f"threshold compaction: the protected messages (system, first user message, last "
-            f"{self.protect_recent} of each role, errors, pinned), the tool groups holding them "
-            f"and the compaction notice ({len(out)} messages)",
+            "threshold compaction: the system messages, the first user message and the "
+            "newest group cut head+tail to their labels, and the compaction notice "
+            f"({len(out)} messages)",
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
-
-
-def _dropped_note(span: str, count: int, context: CompactionContext) -> str:
-    """The line of the summary that names the handle of the dropped messages."""
-    return (f"[Full text of the {count} dropped messages: {handle_text(span, context)}. "
-            "Truncated messages name their own handle in their label.]")
-
-
-def _insert_summary(kept: list[Message], summary: Message) -> list[Message]:
-    """``kept`` with ``summary`` at the end, or before a trailing run of user prompts."""
-    at = len(kept)
-    while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
-        at -= 1
-    if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
-        at = len(kept)  # only prompts after the system: the summary goes last
-    return [*kept[:at], summary, *kept[at:]]

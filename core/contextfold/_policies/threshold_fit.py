@@ -1,0 +1,128 @@
+"""The threshold policy's summary message: its text, where it goes and how it is fitted.
+
+A summary larger than the room left for it (an LLM that ignored the size hint, or
+verification appending missing identifiers under DATA) is cut section by section, not
+head+tail, so the identifiers survive longest: first the middle PROGRESS steps, then
+DECISIONS, ERRORS and other lines, then the remaining steps and REMAINING, and DATA
+items last (the newest first). A summary without the five headings is cut head+tail.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .._messages import Message
+from .._policy import CompactionContext
+from .._references import handle_text
+from .._shrink import HeadTail, truncate_head_tail
+from .._structure import SYSTEM_ROLES
+
+__all__ = ["dropped_note", "fit_sections", "insert_summary", "summary_message"]
+
+SUMMARY_HEADER = "[Compaction Summary]\n\n"
+"""The first line of the summary message."""
+
+_HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
+
+# Removal rank of a line by section (lower goes first); headings and TASK are never removed
+# here. PROGRESS's first and last steps rank with REMAINING.
+_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
+
+
+def summary_message(
+    text: str | None, context: CompactionContext, *, nudge: str, notice: str, note: str = ""
+) -> Message:
+    """The summary (or, for ``None``, the notice), with ``note`` naming the handle of what
+    was dropped, then the continuation nudge."""
+    note = f"\n\n{note}" if note else ""
+    if text is None:
+        return Message(role="user", content=notice + note, source="summary",
+                       created_at=context.now, metadata={"compaction": "notice"})
+    return Message(
+        role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{nudge}",
+        source="summary", created_at=context.now, metadata={"compaction": "threshold"},
+    )
+
+
+def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
+    """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
+    with a line saying how many went; ``None`` when not even the headings fit."""
+    if fits(text):
+        return text
+    lines = text.strip().splitlines()
+    order = _removal_order(lines)
+    if not order:
+        return _head_tail(text, fits)
+
+    def render(k: int) -> str:
+        gone = set(order[:k])
+        kept = [line for i, line in enumerate(lines) if i not in gone]
+        return "\n".join([*kept, f"[{k} line(s) of the summary omitted to fit]"])
+
+    if not fits(render(len(order))):
+        return None
+    lo, hi = 1, len(order)
+    while lo < hi:  # the fewest removals that fit
+        mid = (lo + hi) // 2
+        if fits(render(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return render(lo)
+
+
+def _removal_order(lines: list[str]) -> list[int]:
+    """Indices of removable lines, first to go first; empty when there are no headings."""
+    section: str | None = None
+    ranked: list[tuple[int, int, int]] = []
+    progress: list[int] = []
+    seen_heading = False
+    for i, line in enumerate(lines):
+        heading = _HEADING.match(line)
+        if heading:
+            section, seen_heading = heading.group(1), True
+            continue
+        if not line.strip() or section == "TASK":
+            continue
+        if section == "PROGRESS":
+            progress.append(i)
+        rank = _RANK.get(section, 1)
+        ranked.append((rank, -i if section == "DATA" else i, i))
+    if not seen_heading:
+        return []
+    if len(progress) > 2:  # the first and the latest step stay with REMAINING
+        ends = {progress[0], progress[-1]}
+        ranked = [(2 if i in ends else r, k, i) for r, k, i in ranked]
+    return [i for _, _, i in sorted(ranked)]
+
+
+def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
+    """A free-form summary cut head+tail to the largest size that fits."""
+    shape = HeadTail(0.6, 10**9, 0.3, 10**9)
+    if not fits(truncate_head_tail(text, shape, max_chars=0)):
+        return None
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(truncate_head_tail(text, shape, max_chars=mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return truncate_head_tail(text, shape, max_chars=lo)
+
+
+def dropped_note(span: str, count: int, context: CompactionContext) -> str:
+    """The line of the summary that names the handle of the dropped messages."""
+    return (f"[Full text of the {count} dropped messages: {handle_text(span, context)}. "
+            "Truncated messages name their own handle in their label.]")
+
+
+def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
+    """``kept`` with ``summary`` at the end, or before a trailing run of user prompts."""
+    at = len(kept)
+    while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
+        at -= 1
+    if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
+        at = len(kept)  # only prompts after the system: the summary goes last
+    return [*kept[:at], summary, *kept[at:]]

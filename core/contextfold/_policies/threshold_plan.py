@@ -1,0 +1,120 @@
+"""The threshold policy's plan: the degradation levels, what each protects, and the
+report's targets and details."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .._messages import Message
+from .._policy import CompactionContext, Target
+from .._references import handle_for
+from .._structure import SYSTEM_ROLES, split_groups
+
+__all__ = ["Level", "Plan", "plan_details", "plan_targets", "protected_at"]
+
+
+@dataclass(frozen=True)
+class Level:
+    """One step of the degradation: what stays protected."""
+
+    name: str
+    recent: int  # messages of each role kept verbatim at the end
+    cut_protected: bool = False  # errors and pinned messages may be truncated
+    drop_protected: bool = False  # groups holding them may be dropped
+
+
+@dataclass
+class Plan:
+    """What the policy decided before asking for the summary."""
+
+    work: Sequence[Message]
+    strip_targets: tuple[Target, ...]
+    frozen: frozenset[int]  # never truncated
+    anchored: frozenset[int]  # never dropped
+    offset: int
+    reserve: int
+    level: str = "none"
+    chosen: dict[int, Message] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)
+    passes: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    def kept(self) -> list[Message]:
+        """The messages sent, without the summary."""
+        return [self.chosen.get(i, m) for i, m in enumerate(self.work) if i not in self.dropped]
+
+
+def protected_at(
+    work: Sequence[Message], level: Level
+) -> tuple[frozenset[int], frozenset[int]]:
+    """(never truncated, never dropped) at ``level``: system messages, the first user
+    message, the last ``level.recent`` of each role, errors and pinned messages unless the
+    level cuts or drops them; the newest group is never dropped, and at ``recent`` 0 its
+    last message of each role is never truncated."""
+    frozen: set[int] = set()
+    important: set[int] = set()
+    seen = {"tool": 0, "assistant": 0, "user": 0}
+    first_user = None
+    for i in range(len(work) - 1, -1, -1):
+        m = work[i]
+        if m.role in seen:
+            if seen[m.role] < level.recent:
+                frozen.add(i)
+            seen[m.role] += 1
+        if m.role == "user":
+            first_user = i
+        if m.role in SYSTEM_ROLES:
+            frozen.add(i)
+        elif m.is_error or m.is_pinned:
+            important.add(i)
+    if first_user is not None:
+        frozen.add(first_user)
+    groups = split_groups(work)
+    newest = set(range(groups[-1].start, groups[-1].end)) if groups else set()
+    if level.recent == 0 and newest:  # its last message of each role stays verbatim
+        last = {work[i].role: i for i in sorted(newest)}
+        frozen.update(last.values())
+    if not level.cut_protected:
+        frozen |= important
+    anchored = frozen | newest | (set() if level.drop_protected else important)
+    return frozenset(frozen), frozenset(anchored)
+
+
+def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
+    """The report's targets: stripped images, truncated and dropped messages."""
+    count = context.counter.count_message
+    out = list(plan.strip_targets)
+    span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
+    for i in sorted(set(plan.chosen) | plan.dropped):
+        m = plan.work[i]
+        dropped = i in plan.dropped
+        out.append(Target(
+            index=i, role=m.role, method="dropped" if dropped else "truncated",
+            original_tokens=count(m), new_tokens=0 if dropped else count(plan.chosen[i]),
+            tool_name=m.name if m.role == "tool" else None,
+            handle=span if dropped else handle_for(m),
+        ))
+    return tuple(out)
+
+
+def plan_details(
+    messages: Sequence[Message], plan: Plan, context: CompactionContext, *,
+    summary: str, origin: str | None = None,
+) -> dict[str, object]:
+    """The report's details, with the degradation level used."""
+    return {
+        "estimate_tokens": context.measure(messages),
+        "known_tokens": context.known_tokens,
+        "effective_tokens": context.measure(messages) + plan.offset,
+        "trigger_tokens": context.budget.trigger_tokens,
+        "target_tokens": context.budget.target_tokens,
+        "forced": context.force,
+        "images_stripped": len(plan.strip_targets),
+        "truncated": len(plan.chosen) - len(plan.dropped & set(plan.chosen)),
+        "passes": dict(plan.passes),
+        "dropped": len(plan.dropped),
+        "degradation": plan.level,
+        "summary_kind": summary,
+        "summary_origin": origin,
+    }
