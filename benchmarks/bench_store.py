@@ -196,7 +196,7 @@ def postgres_rows(quick: bool) -> list[dict[str, Any]]:
          "notes": "PostgresStore, one transaction per append (local server)"},
         {"name": f"PostgreSQL search {size // 1000}k msgs, median",
          "ours": statistics.median(times), "unit": "ms",
-         "notes": "tsvector + GIN, plainto_tsquery, ts_rank_cd over every match"},
+         "notes": "tsvector + GIN, plainto_tsquery, ts_rank_cd over the recent window"},
     ]
 
 

@@ -182,3 +182,13 @@ def test_search_window_ranks_only_the_most_recent_matches(
     assert len(open_store(search_window=None).search_messages("c", "iron")) == 6
     with pytest.raises(cf.ConfigurationError, match="search_window"):
         open_store(search_window=0)
+
+
+@sql_backends
+def test_stemmed_matches_are_found_and_highlighted(backend: str, open_store: Opener) -> None:
+    store = open_store()
+    store.append("c", [cf.Message("tool", "we mined iron at node alpha", tool_call_id="t"),
+                       cf.Message("user", "nothing here")])
+    hits = store.search_messages("c", "mining")
+    assert [h.position for h in hits] == [0]
+    assert "[mined]" in hits[0].snippet

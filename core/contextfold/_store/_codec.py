@@ -4,7 +4,8 @@ Every field of ``Message`` round-trips, ``id`` included: text or parts (text, im
 opaque blocks), tool calls, metadata, reasoning, source, sender and ``created_at`` (ISO
 8601, offset kept). Metadata and opaque data must hold JSON values (dicts with string
 keys, lists, strings, numbers, booleans, ``None``); anything else is refused on the way in
-instead of coming back changed.
+instead of coming back changed. Text may hold NUL and lone surrogates (escaped in the
+JSON); a surrogate pair held as two code points comes back as the character it encodes.
 
 Decoding is strict: a document that does not have the expected shape raises
 ``CodecError``; each backend turns it into ``CorruptRowError`` naming the table and row.
@@ -21,7 +22,9 @@ from typing import Any, cast, get_args
 from .._errors import CorruptRowError, StoreError
 from .._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 
-__all__ = ["CodecError", "decode", "decode_row", "dumps", "encode", "loads", "search_text"]
+__all__ = [
+    "CodecError", "decode", "decode_row", "dumps", "encode", "indexable", "loads", "search_text",
+]
 
 FORMAT = 1
 """The document version written by ``encode``; ``decode`` refuses any other."""
@@ -57,16 +60,34 @@ def encode(message: Message) -> dict[str, Any]:
 
 
 def dumps(message: Message) -> str:
-    """``message`` as compact JSON text."""
-    return json.dumps(encode(message), ensure_ascii=False, separators=(",", ":"),
-                      allow_nan=False)
+    """``message`` as compact JSON text, valid UTF-8 even when a string holds a lone
+    surrogate (then every non-ASCII character is escaped, which JSON reads back exactly)."""
+    doc = encode(message)
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(doc, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def indexable(text: str | None) -> str | None:
+    """``text`` for an indexed or queried column: lone surrogates (not valid UTF-8)
+    become U+FFFD. The JSON body keeps the exact text."""
+    if not text:
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return text
 
 
 def search_text(message: Message) -> str:
     """The text a full-text index holds for ``message``: its text and its tool calls."""
     pieces = [message.text]
     pieces.extend(f"{c.name} {c.arguments}" for c in message.tool_calls)
-    return "\n".join(p for p in pieces if p)
+    return indexable("\n".join(p for p in pieces if p)) or ""
 
 
 def _encode_part(part: ContentPart) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from .._messages import Message
 from ._codec import encode, search_text
-from ._snippet import make_snippet
+from ._snippet import make_snippet, snippet_pattern
 from .base import BaseStore, SearchHit, SearchKind
 
 __all__ = ["MemoryStore"]
@@ -98,11 +98,12 @@ class MemoryStore(BaseStore):
         texts = [_text(kind, r.message) for r in rows]
         scored = _bm25(texts, [w.lower() for t in terms for w in _WORDS.findall(t)])
         prefix = "b" if kind == "broadcasts" else "m"
+        pattern = snippet_pattern(terms)
         hits = [
             SearchHit(
                 message=rows[i].message, conversation_id=owner, position=rows[i].position,
                 role=rows[i].message.role, source=rows[i].message.source,
-                snippet=make_snippet(texts[i], terms), created_at=rows[i].message.created_at,
+                snippet=make_snippet(texts[i], pattern), created_at=rows[i].message.created_at,
                 score=score, handle=f"{prefix}:{rows[i].row_id}",
             )
             for i, score in scored

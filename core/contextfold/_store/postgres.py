@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._errors import ConfigurationError, StoreError
 from .._messages import Message
 from .._optional import require
-from ._codec import decode_row, dumps, search_text
+from ._codec import decode_row, dumps, indexable, search_text
 from ._migrations import LATEST, MIGRATIONS, MIGRATIONS_TABLE_POSTGRES, T, check_version
 from .base import BaseStore, SearchHit, SearchKind, Tracer
 
@@ -94,7 +94,7 @@ class PostgresStore(BaseStore):
 
     def __init__(
         self, url: str, *, tracer: Tracer | None = None,
-        engine_options: Mapping[str, Any] | None = None, search_window: int | None = 2_000,
+        engine_options: Mapping[str, Any] | None = None, search_window: int | None = 1_000,
     ) -> None:
         if search_window is not None and (
                 not isinstance(search_window, int) or search_window < 1):
@@ -140,6 +140,8 @@ class PostgresStore(BaseStore):
             yield
         except self._sa_error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise StoreError(f"PostgreSQL: text is not valid Unicode: {exc}") from exc
 
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
@@ -317,7 +319,7 @@ def _encode(message: Message) -> dict[str, Any]:
     """Column values for ``_INSERT``; NUL, which PostgreSQL text cannot hold, is dropped
     from the indexed and queried copies (the JSON body keeps the exact message)."""
     return {
-        "message_id": message.id,
+        "message_id": _no_nul(message.id),
         "role": message.role,
         "source": _no_nul(message.source),
         "sender_id": _no_nul(message.sender_id),
@@ -329,6 +331,7 @@ def _encode(message: Message) -> dict[str, Any]:
 
 
 def _no_nul(text: str | None) -> str | None:
+    text = indexable(text)
     return text.replace("\x00", " ") if text else text
 
 

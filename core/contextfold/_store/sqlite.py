@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from .._errors import ConfigurationError, StoreError
 from .._messages import Message
-from ._codec import decode_row, dumps, search_text
+from ._codec import decode_row, dumps, indexable, search_text
 from ._migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
-from ._snippet import make_snippet
+from ._snippet import make_snippet, snippet_pattern
 from .base import BaseStore, SearchHit, SearchKind, Tracer
 
 __all__ = ["SQLiteStore", "fts_query", "search_sql"]
@@ -91,7 +91,7 @@ class SQLiteStore(BaseStore):
 
     def __init__(
         self, path: str | Path = ":memory:", *, tracer: Tracer | None = None,
-        timeout: float = 30.0, search_window: int | None = 2_000,
+        timeout: float = 30.0, search_window: int | None = 1_000,
     ) -> None:
         if search_window is not None and (
                 not isinstance(search_window, int) or search_window < 1):
@@ -219,6 +219,7 @@ class SQLiteStore(BaseStore):
             finally:
                 self._exec("COMMIT")
         by_id = {row[0]: row for row in rows}
+        pattern = snippet_pattern(terms)
         prefix = "b" if kind == "broadcasts" else "m"
         hits = []
         for row_id, rank in ranked:
@@ -229,7 +230,7 @@ class SQLiteStore(BaseStore):
             hits.append(SearchHit(
                 message=message, conversation_id=owner, position=position,
                 role=message.role, source=message.source,
-                snippet=make_snippet(indexed or "", terms), created_at=message.created_at,
+                snippet=make_snippet(indexed or "", pattern), created_at=message.created_at,
                 score=-float(rank), handle=f"{prefix}:{row_id}",
             ))
         return hits
@@ -319,8 +320,9 @@ class SQLiteStore(BaseStore):
 def _encode(message: Message) -> tuple[Any, ...]:
     """Column values after (conversation_id, position), in ``_INSERT_MESSAGE`` order."""
     created = message.created_at.isoformat() if message.created_at else None
-    return (message.id, message.role, message.source, message.sender_id, created,
-            search_text(message), message.reasoning, dumps(message))
+    return (indexable(message.id), message.role, indexable(message.source),
+            indexable(message.sender_id), created, search_text(message),
+            indexable(message.reasoning), dumps(message))
 
 
 def _now() -> str:
@@ -334,3 +336,5 @@ def _guard() -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"SQLite: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        raise StoreError(f"SQLite: text is not valid Unicode: {exc}") from exc
