@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ._counting import TokenCounter
-from ._identifiers import extract_identifiers
+from ._identifiers import identifiers_of
 from ._messages import Message
 from ._policy import SummaryRequest
 
@@ -119,12 +119,10 @@ class ExtractiveSummarizer:
             if _is_summary(m) and m.role != "tool":
                 self._merge(s, m.text)
                 continue
-            for value in extract_identifiers(m.text):
+            for value in identifiers_of(m):
                 s.data.setdefault(value, None)
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)
-                for value in extract_identifiers(call.arguments):
-                    s.data.setdefault(value, None)
             if m.role == "user" and m.source != "nudge":
                 if s.task is None:
                     s.task = _short(m.text, self.task_chars)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from ._messages import Message
 
-__all__ = ["extract_identifiers", "message_identifiers"]
+__all__ = ["extract_identifiers", "identifiers_of", "message_identifiers"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -92,15 +92,22 @@ def extract_identifiers(text: str) -> list[str]:
 
 
 def message_identifiers(messages: Sequence[Message] | Iterable[Message]) -> list[str]:
-    """The identifiers of several messages: their text and their tool-call arguments."""
+    """The identifiers of several messages (text and tool-call arguments), in order."""
     seen: dict[str, None] = {}
     for m in messages:
-        for value in extract_identifiers(_searchable(m)):
+        for value in identifiers_of(m):
             seen.setdefault(value, None)
     return list(seen)
 
 
-def _searchable(message: Message) -> str:
-    if not message.tool_calls:
-        return message.text
-    return "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
+def identifiers_of(message: Message) -> tuple[str, ...]:
+    """The identifiers of one message's text and tool-call arguments, cached on the
+    (immutable) message like its token counts."""
+    cached: tuple[str, ...] | None = message.__dict__.get("_identifiers")
+    if cached is None:
+        text = message.text
+        if message.tool_calls:
+            text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
+        cached = tuple(extract_identifiers(text))
+        object.__setattr__(message, "_identifiers", cached)
+    return cached
