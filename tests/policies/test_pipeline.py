@@ -134,3 +134,27 @@ def test_pipeline_output_is_valid_within_budget(
         assert exc.needed > exc.available
         return
     assert_valid_within(result.messages, budget, counter)
+
+
+class Always(Recorder):
+    """A pass that must see every call, as LoopSlicePolicy and TurnAwarePolicy do."""
+
+    always_run = True
+
+
+def test_always_run_of_any_pass_makes_the_pipeline_run_every_call(
+    counter: cf.TokenCounter,
+) -> None:
+    history = [cf.Message(role="system", content="sys"), cf.Message(role="user", content="hi")]
+    first, second = Recorder("plain"), Always("always")
+    assert not getattr(cf.Pipeline(first), "always_run", False)
+    pipeline = cf.Pipeline(first, second)
+    assert pipeline.always_run
+    compactor = cf.Compactor(policy=pipeline, budget=cf.Budget(context_window=100_000),
+                             counter=counter)
+    for k in range(3):  # far below the trigger: only always_run makes the policy run
+        history = [*history, cf.Message(role="assistant", content=f"answer {k}"),
+                   cf.Message(role="user", content=f"question {k}")]
+        compactor.compact(history)
+    assert len(second.seen) == 3
+    assert [len(seen) for seen in second.seen] == [4, 6, 8]

@@ -14,6 +14,10 @@ The recommended order, and why::
 Cheap, lossless or nearly lossless passes come before lossy ones, and passes that need no
 LLM before the one that does: a later pass may find it has nothing to do.
 
+A pass that must see every call (``always_run``, such as ``LoopSlicePolicy``) makes the
+whole pipeline run on every call; the other passes then see the input below the trigger
+too and leave it alone.
+
 Every pass gets the same context, except that a calibrated ``known_tokens`` is lowered by
 what the earlier passes saved, so a later pass does not act on a stale size.
 """
@@ -55,6 +59,9 @@ class Pipeline:
         self.passes: tuple[Policy, ...] = passes
         """The passes, in the order they run."""
         self.name = "pipeline(" + "+".join(p.name for p in passes) + ")"
+        self.always_run: bool = any(getattr(p, "always_run", False) for p in passes)
+        """True when any pass must run on every call (the Compactor then never skips the
+        pipeline below the trigger)."""
 
     def __repr__(self) -> str:
         return f"Pipeline({', '.join(map(repr, self.passes))})"
