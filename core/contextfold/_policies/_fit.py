@@ -60,15 +60,26 @@ def shrink_message(
 
 
 def shrink_largest_first(
-    out: list[Message], positions: Sequence[int], fits: Fits, shape: HeadTail
+    out: list[Message], positions: Sequence[int], fits: Fits, shape: HeadTail,
+    context: CompactionContext | None = None,
 ) -> bool:
     """Shrink the messages at ``positions`` of ``out`` (in place) with ``shape``, largest
-    first, until ``out`` fits. Shrunk messages stay shrunk when it still does not fit."""
+    first, until ``out`` fits. Shrunk messages stay shrunk when it still does not fit.
+    With ``context`` each label names the original's ``ctx_`` handle."""
     for k in sorted(positions, key=lambda k: _size(out[k]), reverse=True):
         if fits(out):
             return True
-        out[k] = shrink_message(out[k], shape)
+        out[k] = shrink_message(out[k], shape, handle=_ref(out[k], context))
     return fits(out)
+
+
+def _ref(original: Message, context: CompactionContext | None) -> str | None:
+    """How the label names ``original``'s handle (``None`` without a context)."""
+    if context is None:
+        return None
+    from .._references import handle_for, handle_text
+
+    return handle_text(handle_for(original), context)
 
 
 def squeeze(
@@ -77,17 +88,20 @@ def squeeze(
     originals: Sequence[Message],
     fits: Fits,
     shape: HeadTail,
+    context: CompactionContext | None = None,
 ) -> bool:
     """Cut every message at ``positions`` from its original (``originals``, same order) to
-    the largest common head+tail size that fits, found by bisection.
+    the largest common head+tail size that fits, found by bisection. With ``context`` each
+    label names the original's ``ctx_`` handle.
 
     Returns False, leaving ``out`` unchanged, when even labels alone do not fit.
     """
+    refs = [_ref(original, context) for original in originals]
 
     def build(cap: int) -> list[Message]:
         candidate = list(out)
-        for k, original in zip(positions, originals, strict=True):
-            candidate[k] = shrink_message(original, shape, max_chars=cap)
+        for k, original, ref in zip(positions, originals, refs, strict=True):
+            candidate[k] = shrink_message(original, shape, max_chars=cap, handle=ref)
         return candidate
 
     if not positions or not fits(build(0)):
@@ -109,7 +123,10 @@ def targets(
     origins: Sequence[int | None],
     context: CompactionContext,
 ) -> list[Target]:
-    """A ``"truncated"`` target for each position where ``after`` replaced ``before``."""
+    """A ``"truncated"`` target for each position where ``after`` replaced ``before``, with
+    the handle of the original (the driver keeps it readable)."""
+    from .._references import handle_for
+
     found: list[Target] = []
     count = context.counter.count_message
     for old, new, origin in zip(before, after, origins, strict=False):
@@ -123,6 +140,7 @@ def targets(
                 original_tokens=count(old),
                 new_tokens=count(new),
                 tool_name=old.name if old.role == "tool" else None,
+                handle=handle_for(old),
             )
         )
     return found
