@@ -69,12 +69,12 @@ def fit_loop(
     positions = [k for k in range(head_len, len(out)) if out[k].role == "tool"]
     originals = [out[k] for k in positions]
     work = list(out)
-    if shrink_largest_first(work, positions, fits, shape):
+    if shrink_largest_first(work, positions, fits, shape, context):
         return work, ["cut the latest loop's largest tool results head+tail"]
     call = work[head_len]
     if call.reasoning and not call.is_pinned:
         work[head_len] = replace(call, reasoning=None)
-    if fits(work) or squeeze(work, positions, originals, fits, shape):
+    if fits(work) or squeeze(work, positions, originals, fits, shape, context):
         return work, ["cut every tool result of the latest loop head+tail to fit"]
     return head, ["the latest tool loop does not fit even cut to its labels; left it out"]
 
