@@ -203,7 +203,7 @@ class SummaryPolicy:
         fits = fits_budget(context)
         tools = [k for k, m in enumerate(out) if k > n_system and m.role == "tool"]
         saved = [out[k] for k in tools]
-        if fits(out) or shrink_largest_first(out, tools, fits, self.shape):
+        if fits(out) or shrink_largest_first(out, tools, fits, self.shape, context):
             return out
         at = n_system  # position of the summary message
         lo, hi = 0, len(text)
@@ -243,7 +243,7 @@ class SummaryPolicy:
         fits = fits_budget(context)
         tools = [k for k, m in enumerate(out) if k >= len(system) and m.role == "tool"]
         saved = [out[k] for k in tools]
-        if not shrink_largest_first(out, tools, fits, self.shape):
+        if not shrink_largest_first(out, tools, fits, self.shape, context):
             _squeeze_or_raise(out, tools, saved, context, self.shape,
                               "the system prompt and the newest group")
         if same(out, messages):
@@ -280,7 +280,7 @@ class SummaryPolicy:
         fits = fits_budget(context)
         tools = [k for k, m in enumerate(out) if k > len(system) and m.role == "tool"]
         saved = [out[k] for k in tools]
-        if not shrink_largest_first(out, tools, fits, self.shape):
+        if not shrink_largest_first(out, tools, fits, self.shape, context):
             _squeeze_or_raise(out, tools, saved, context, self.shape,
                               "the system prompt, the notice and the newest group")
         changed = targets(originals(messages, out, origins), out, origins, context)
@@ -325,7 +325,7 @@ def _squeeze_or_raise(
 ) -> None:
     """Cut the tool results at ``positions`` to the largest size that fits, or raise."""
     fits = fits_budget(context)
-    if fits(out) or squeeze(out, positions, originals, fits, shape):
+    if fits(out) or squeeze(out, positions, originals, fits, shape, context):
         return
     raise BudgetExceededError(what, needed=context.measure(out),
                               available=context.budget.input_budget)
