@@ -200,9 +200,12 @@ class SummaryService:
         try:
             if self.retry.timeout is None:
                 return _checked(method(request))
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            try:  # a call that overran is left to finish in its thread, unobserved
                 future = pool.submit(method, request)
                 return _checked(future.result(timeout=self.retry.timeout))
+            finally:
+                pool.shutdown(wait=False)
         except Exception as exc:
             return _Outcome(None, exc)
 

@@ -88,18 +88,25 @@ async def test_async_timeout_counts_as_a_failure() -> None:
     assert "TimeoutError" in (reply.error or "")
 
 
-def test_sync_timeout_counts_as_a_failure() -> None:
-    import time
+def test_sync_timeout_counts_as_a_failure_without_waiting_for_the_call() -> None:
+    import threading
 
-    class Slow:
+    release = threading.Event()
+    finished: list[bool] = []
+
+    class Stuck:
         def summarize(self, request: cf.SummaryRequest) -> str:
-            time.sleep(0.3)
+            release.wait(10)
+            finished.append(True)
             return "late"
 
-    service = _service(Slow(), retry={"base_delay": 0, "max_attempts": 1, "timeout": 0.01},
+    service = _service(Stuck(), retry={"base_delay": 0, "max_attempts": 2, "timeout": 0.01},
                        on_failure="notice")
     reply = service.answer(_request("x"))
-    assert reply.text is None and reply.origin == "failed"
+    still_running = not finished
+    release.set()
+    assert still_running  # the reply came back while the calls were still running
+    assert reply.text is None and reply.origin == "failed" and service.llm_calls == 2
 
 
 # -- failure safety ---------------------------------------------------------------------
