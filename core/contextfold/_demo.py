@@ -31,7 +31,9 @@ TASK = ("Read all unread e-mails in both of my accounts and write a briefing tha
 
 
 class _EventCollector:
-    """Collects contextfold's custom LangChain events during one model call."""
+    """Collects, during one model call, contextfold's custom LangChain events and the
+    messages each chat model was started with (the last start is the wrapped model's call,
+    made with the compacted messages)."""
 
     def __init__(self) -> None:
         from langchain_core.callbacks import BaseCallbackHandler
@@ -43,8 +45,12 @@ class _EventCollector:
                 if name == "contextfold_compaction":
                     collector.reports.append(data)
 
+            def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+                collector.requests.append(list(messages[0]))
+
         self.handler = Handler()
         self.reports: list[dict[str, Any]] = []
+        self.requests: list[list[Any]] = []
 
 
 def _targets(report: dict[str, Any]) -> tuple[Target, ...]:
@@ -97,11 +103,12 @@ def _run_loop(data_dir: Path, emails: int, real: bool, model_name: str | None,
         reply = model.invoke(history, config=config)
         history_tokens = counter.count_messages(to_core(history))
         last = events.reports[-1] if events.reports else None
-        sent_tokens = last["tokens_after"] if last else history_tokens
+        sent = to_core(events.requests[-1]) if events.requests else to_core(history)
+        sent_tokens = counter.count_messages(sent)
         record = StepRecord(
             step=step, history_messages=len(history), history_tokens=history_tokens,
-            sent_messages=last["messages_after"] if last else len(history),
-            sent_tokens=sent_tokens, compacted=last is not None and last["method"] != "none",
+            sent_messages=len(sent), sent_tokens=sent_tokens,
+            compacted=last is not None and last["method"] != "none",
             llm_calls=sum(r.get("llm_calls", 0) for r in events.reports),
             method=last["method"] if last else "none",
             targets=_targets(last) if last else (), duration=last["duration"] if last else 0.0,
