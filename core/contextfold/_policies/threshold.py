@@ -307,7 +307,7 @@ class ThresholdPolicy:
                 if room:
                     return context.measure(candidate) + room <= top
                 return context.measure(insert_summary(list(candidate), notice)) <= top
-            if squeeze(out, spots, originals, fits, self.head_tail):
+            if squeeze(out, spots, originals, fits, self.head_tail, context):
                 for k in spots:
                     if out[k] is not plan.work[kept[k]]:
                         plan.chosen[kept[k]] = out[k]
