@@ -10,16 +10,14 @@ the agent; with OPENAI_API_KEY set, gpt-4o-mini does.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
 import contextfold as cf
+from _scripted import langchain_model, page_text
 from langchain_contextfold import COMPACTION_EVENT, CompactionMiddleware, to_core
 
 PAGES = 40
@@ -28,39 +26,11 @@ PAGES = 40
 @tool
 def read_page(page: int) -> str:
     """Read one page of the report (long)."""
-    return f"Page {page}: reference RF-{1000 + page}. " + "Quarterly figures, row by row. " * 90
-
-
-class ScriptedAgent(BaseChatModel):
-    """Reads the next page after the newest result it can see, then answers."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-agent"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self
-
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
-        seen = [m for m in messages if isinstance(m, ToolMessage)]
-        page = int(str(seen[-1].content).split(":")[0].split()[1]) + 1 if seen else 0
-        if page < PAGES:
-            reply = AIMessage("", tool_calls=[{"name": "read_page", "args": {"page": page},
-                                               "id": f"call_{page}"}])
-        else:
-            last = str(seen[-1].content).split(".")[0]
-            reply = AIMessage(f"Read all {PAGES} pages; the last one is {last}")
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+    return page_text(page)
 
 
 def main() -> None:
-    if os.environ.get("OPENAI_API_KEY"):
-        from langchain_openai import ChatOpenAI
-
-        model: BaseChatModel = ChatOpenAI(model="gpt-4o-mini")
-    else:
-        model = ScriptedAgent()
+    model = langchain_model()  # gpt-4o-mini with OPENAI_API_KEY set, else scripted
     budget = cf.Budget(context_window=12_000, output_reserve=2_000)
     agent = create_agent(
         model, [read_page],

@@ -1,0 +1,41 @@
+"""LangGraph's prebuilt agent with a pre_model_hook.
+
+Run: python cookbook/langgraph_prebuilt.py
+
+The hook returns `llm_input_messages`: the graph's state keeps every message, the model
+sees the compacted view (never empty, always valid). For overflow retries wrap the model
+with `with_compaction` as well; the hook alone cannot retry a call made in another node.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
+
+import contextfold as cf
+from _scripted import langchain_model, page_text
+from langchain_contextfold import pre_model_hook, to_core
+
+
+@tool
+def read_page(page: int) -> str:
+    """Read one page of the quarterly report."""
+    return page_text(page)
+
+
+budget = cf.Budget(context_window=10_000, output_reserve=1_000)
+hook = pre_model_hook(policy=cf.TurnAwarePolicy(), budget=budget)
+with warnings.catch_warnings():  # LangGraph 1.x points new code to langchain.agents
+    warnings.simplefilter("ignore", DeprecationWarning)
+    agent = create_react_agent(langchain_model(), [read_page], pre_model_hook=hook)
+
+state = agent.invoke({"messages": [HumanMessage("Read pages 0 to 39, then report.")]},
+                     config={"recursion_limit": 200})
+messages = state["messages"]
+print(messages[-1].content)
+print(f"the state holds {len(messages)} messages "
+      f"({cf.counter_for_model('gpt-4o').count_messages(to_core(messages)):,} tokens); "
+      f"the model saw at most {budget.input_budget:,} per call")
