@@ -300,13 +300,18 @@ class ThresholdPolicy:
         originals = [plan.work[kept[k]] for k in spots]
         limit = context.budget.input_budget
         target = context.budget.target_tokens - plan.offset
-        notice = self._summary_message(None, context)  # the bare notice, the last resort
-        for room, ceiling in ((plan.reserve, min(target, limit)),
-                              (self._notice_tokens(context), limit), (0, limit)):
-            def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling) -> bool:
+        # The notice naming the dropped messages' handle, then the bare one as the last resort.
+        notices = [self._summary_message(None, context, n) for n in dict.fromkeys((plan.note, ""))]
+        notice = notices[-1]
+        steps = [(plan.reserve, min(target, limit), notice),
+                 (self._notice_tokens(context), limit, notice),
+                 *((0, limit, n) for n in notices)]
+        for room, ceiling, last in steps:
+            def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling,
+                     last: Message = last) -> bool:
                 if room:
                     return context.measure(candidate) + room <= top
-                return context.measure(insert_summary(list(candidate), notice)) <= top
+                return context.measure(insert_summary(list(candidate), last)) <= top
             if squeeze(out, spots, originals, fits, self.head_tail, context):
                 for k in spots:
                     if out[k] is not plan.work[kept[k]]:
