@@ -114,8 +114,7 @@ def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
 
 def dropped_note(span: str, count: int, context: CompactionContext) -> str:
     """The line of the summary that names the handle of the dropped messages."""
-    return (f"[Full text of the {count} dropped messages: {handle_text(span, context)}. "
-            "Truncated messages name their own handle in their label.]")
+    return f"[{count} dropped messages, full text: {handle_text(span, context)}]"
 
 
 def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
