@@ -98,9 +98,12 @@ class ExtractiveSummarizer:
         """The structured summary of ``request.messages``."""
         sections = self._scan(request.messages)
         text = self._render(sections)
-        if request.max_tokens is None or self._size(text) <= request.max_tokens:
+        if request.max_tokens is None:
             return text
-        return self._fit(sections, request.max_tokens)
+        size = self._size(text)
+        return text if size <= request.max_tokens else self._fit(
+            sections, request.max_tokens, text, size
+        )
 
     async def asummarize(self, request: SummaryRequest) -> str:
         """Same as :meth:`summarize` (no I/O)."""
@@ -224,10 +227,8 @@ class ExtractiveSummarizer:
             return self.counter.count_text(text)
         return math.ceil(len(text) / 3)
 
-    def _fit(self, s: _Sections, max_tokens: int) -> str:
+    def _fit(self, s: _Sections, max_tokens: int, text: str, size: int) -> str:
         """Trim PROGRESS, then DECISIONS, ERRORS and the task, then DATA, to fit."""
-        text = self._render(s)
-        size = self._size(text)
         steps = data = 0
         margin = 0.97
         for _ in range(4):  # the first pass nearly always fits: sizes scale with characters

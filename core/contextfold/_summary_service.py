@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 from ._counting import EstimatingCounter, TokenCounter
 from ._errors import ConfigurationError, SummarizerError
 from ._extractive import ExtractiveSummarizer
-from ._identifiers import extract_identifiers, message_identifiers
+from ._identifiers import message_identifiers
 from ._policy import SummaryReply, SummaryRequest
 from ._summary_cache import SummaryCache
 from ._summary_split import append_to_data, merge_request, split_request
@@ -40,6 +40,7 @@ __all__ = ["OnSummaryFailure", "RetryPolicy", "SummaryService"]
 T = TypeVar("T")
 OnSummaryFailure = Literal["extractive", "notice"]
 _MAX_DEPTH = 4
+_PUNCTUATION = ".,;:!?()[]{}<>\"'`*"
 
 
 @dataclass(frozen=True)
@@ -294,10 +295,13 @@ class SummaryService:
     def _verify(self, request: SummaryRequest, text: str) -> str:
         """Append the originals' identifiers the summary lacks under DATA, within the size
         hint; what does not fit is counted and named in the notes, never dropped silently."""
-        wanted = message_identifiers(request.messages)
-        # Substring checks run at C speed; a very long text is indexed once instead.
-        present = set(extract_identifiers(text)) if len(text) > 200_000 else set()
-        missing = [v for v in wanted if v not in present and v not in text]
+        # Most identifiers appear as whole words: a set of the text's words answers for
+        # them; only the rest (multi-word dates and amounts, or missing) need a substring scan.
+        words = text.split()
+        present = {*words, *(w.strip(_PUNCTUATION) for w in words)}
+        missing = [
+            v for v in message_identifiers(request.messages) if v not in present and v not in text
+        ]
         if not missing:
             return text
         fitting = missing
