@@ -59,17 +59,25 @@ class Prefix:
         self.fixed = 0
 
     def extension(self, messages: Sequence[Message]) -> list[Message] | None:
-        """The messages added since the previous input, or ``None`` when ``messages`` does
-        not start with it. The snapshot is extended on a match."""
-        seen, n = self.seen, len(self.seen)
-        if not self.primed or len(messages) < n:
+        """The messages added since the previous input (or since the previous output, when
+        the caller replaced its history with it), or ``None`` when ``messages`` starts with
+        neither. The snapshot follows the input on a match."""
+        if not self.primed:
             return None
-        new = list(messages[n:])
-        seen.extend(new)
-        # One C-level pass: identity first for every element, equality where not identical.
-        if seen == (messages if isinstance(messages, list) else list(messages)):
-            return new
-        del seen[n:]
+        seen, n = self.seen, len(self.seen)
+        if len(messages) >= n:
+            new = list(messages[n:])
+            seen.extend(new)
+            # One C-level pass: identity first for every element, equality where not.
+            if seen == (messages if isinstance(messages, list) else list(messages)):
+                return new
+            del seen[n:]
+        k = len(self.out)
+        if len(messages) >= k and list(messages[:k]) == list(self.out):
+            # The caller kept the compacted output as its history (a framework state that
+            # stores what was sent): that is the prefix now.
+            self.seen = list(messages)
+            return list(messages[k:])
         return None
 
     def appendable(self, new: Sequence[Message]) -> bool:

@@ -481,3 +481,24 @@ def test_every_report_carries_the_usage_breakdown(counter: cf.TokenCounter) -> N
         assert usage["system_tokens"] == counter.count_message(r.messages[0])
         assert usage["available"] == BUDGET.input_budget - usage["total"]
         assert usage["over_budget"] is False
+
+
+def test_a_caller_that_keeps_the_compacted_output_stays_incremental(
+    counter: cf.TokenCounter,
+) -> None:
+    history = generate_history(7, turns=14, tool_chars=600)
+    points = call_points(history)
+    compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter)
+    state: list[cf.Message] = []  # like a framework state that stores what was sent
+    folded = False
+    for prev_n, n in pairwise([0, *points]):
+        state = [*state, *history[prev_n:n]]
+        result = compactor.compact(state)
+        if result.report.method == "fold":
+            folded = True
+        elif folded:
+            assert result.report.details["incremental"] is True
+            assert result.messages == state
+        state = result.messages
+        assert_valid_within(state, BUDGET, counter)
+    assert folded
