@@ -25,8 +25,9 @@ from ._errors import ConfigurationError
 from ._messages import Message
 from ._policies.importance import ImportanceScore, identifiers
 from ._policy import ConversationState
+from ._store.tools import SearchToolSpec
 
-__all__ = ["LearnedImportance", "apply_learning", "learning_of"]
+__all__ = ["LearnedImportance", "apply_learning", "learning_of", "record_searches"]
 
 _KEY = "contextfold.learned_importance"
 _MAX_EVENTS = 50
@@ -151,3 +152,26 @@ def apply_learning(
                            factors=(*score.factors, *(name for name, _ in extra)),
                            is_residual=total >= threshold))
     return out
+
+
+def record_searches(
+    specs: Sequence[SearchToolSpec], learned: LearnedImportance
+) -> list[SearchToolSpec]:
+    """``specs`` (from :func:`contextfold.search_tools`) wrapped so that every result they
+    return (a search hit's content, a message read by handle) is recorded in ``learned``:
+    what the agent had to search for is kept verbatim next time."""
+
+    def wrap(spec: SearchToolSpec) -> SearchToolSpec:
+        def run(**arguments: Any) -> dict[str, Any]:
+            result = spec(**arguments)
+            items = result.get("results") if isinstance(result.get("results"), list) else (
+                [result] if "content" in result else [])
+            for item in items:
+                if isinstance(item, dict) and isinstance(item.get("content"), str):
+                    tool = item.get("name") if item.get("role") == "tool" else None
+                    learned.record_search_hit(item["content"], tool)
+            return result
+
+        return SearchToolSpec(spec.name, spec.description, spec.parameters, run)
+
+    return [wrap(spec) for spec in specs]

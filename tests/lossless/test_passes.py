@@ -222,3 +222,17 @@ def test_the_compactor_learns_from_read_backs_and_reports_it() -> None:
     assert second.report.details["learned"]["tools"] == {"get_invoice": 1}
     assert [t.tool_name for t in second.report.targets if t.method == "truncated"] == ["get_log"]
 
+
+
+def test_search_hits_are_learned_too() -> None:
+    store = cf.MemoryStore()
+    store.append("s", [cf.Message(role="user", content="find the freight order"),
+                       cf.Message(role="tool", content="freight order FRT-2231 is late",
+                                  tool_call_id="c1", name="orders")])
+    learned = cf.LearnedImportance()
+    tools = {t.name: t for t in cf.record_searches(cf.search_tools(store, "s"), learned)}
+    hits = tools["search_messages"](query="freight late")
+    assert hits["count"] == 1
+    assert "FRT-2231" in learned.identifiers and learned.events[-1]["kind"] == "search_hit"
+    later = cf.Message(role="tool", content="FRT-2231 delivered", tool_call_id="c9", name="x")
+    assert ("learned_identifier", 30) in learned.factors(later)
