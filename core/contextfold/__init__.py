@@ -37,7 +37,7 @@ from ._errors import (
 from ._events import CompactionApplied, CompactionStarted, ConversationIdle
 from ._extractive import ExtractiveSummarizer
 from ._identifiers import extract_identifiers
-from ._learning import LearnedImportance, learning_of
+from ._learning import LearnedImportance, learning_of, record_searches
 from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
 from ._openai import from_openai, to_openai
 from ._policies.clearing import ClearToolResultsPass
@@ -201,6 +201,7 @@ __all__ = [
     "learning_of",
     "read_original",
     "read_original_tool",
+    "record_searches",
     "repair",
     "score_importance",
     "search_tools",
