@@ -502,3 +502,39 @@ def test_a_caller_that_keeps_the_compacted_output_stays_incremental(
         state = result.messages
         assert_valid_within(state, BUDGET, counter)
     assert folded
+
+
+async def test_acompact_awaits_an_async_only_summarizer_with_retries(
+    counter: cf.TokenCounter,
+) -> None:
+    waits: list[float] = []
+
+    async def asleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    class AsyncOnly:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def asummarize(self, request: cf.SummaryRequest) -> str:
+            self.calls += 1
+            if self.calls % 2:
+                raise ConnectionError("flaky")
+            return "TASK: keep going\nDATA:\n- none"
+
+    summarizer = AsyncOnly()
+    history = generate_history(7, turns=10, tool_chars=600)
+    compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter, summarizer=summarizer,
+                             retry=cf.RetryPolicy(base_delay=0.5, asleep=asleep))
+    folds = 0
+    for n in call_points(history):
+        result = await compactor.acompact(history[:n])
+        if result.report.method == "fold":
+            folds += 1
+            assert result.report.llm_calls == 2
+            summary = next(m for m in result.messages if m.source == "summary").text
+            assert "keep going" in summary and "flaky" not in summary
+    assert folds >= 1 and summarizer.calls == 2 * folds and waits == [0.5] * folds
+    with pytest.raises(cf.ConfigurationError, match="async only"):
+        cf.Compactor(FoldPolicy(), cf.Budget(context_window=3_000), counter=counter,
+                     summarizer=AsyncOnly()).compact(history, force=True)
