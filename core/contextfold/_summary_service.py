@@ -177,7 +177,8 @@ class SummaryService:
             return reply
 
     async def aanswer(self, request: SummaryRequest) -> SummaryReply:
-        """Answer ``request`` asynchronously (``asummarize`` when the summarizer has it)."""
+        """Answer ``request`` asynchronously: ``asummarize`` when the summarizer has it,
+        else its ``summarize`` is called in place."""
         flow = self._flow(request)
         try:
             effect = next(flow)
