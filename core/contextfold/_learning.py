@@ -164,7 +164,8 @@ def record_searches(
     def wrap(spec: SearchToolSpec) -> SearchToolSpec:
         def run(**arguments: Any) -> dict[str, Any]:
             result = spec(**arguments)
-            items = result.get("results") if isinstance(result.get("results"), list) else (
+            found = result.get("results")
+            items: list[Any] = found if isinstance(found, list) else (
                 [result] if "content" in result else [])
             for item in items:
                 if isinstance(item, dict) and isinstance(item.get("content"), str):
