@@ -65,3 +65,73 @@ def langchain_model() -> BaseChatModel:
 
         return ChatOpenAI(model="gpt-4o-mini")
     return PageReaderModel()
+
+
+def llama_index_llm() -> Any:
+    """llama-index's ``OpenAI`` with an API key in the environment, else
+    :class:`PageReaderLLM`."""
+    import os
+
+    if os.environ.get("OPENAI_API_KEY"):
+        from llama_index.llms.openai import OpenAI
+
+        return OpenAI(model="gpt-4o-mini")
+    return _page_reader_llm_class()()
+
+
+def _page_reader_llm_class() -> Any:
+    from llama_index.core.base.llms.types import (
+        ChatMessage,
+        ChatResponse,
+        LLMMetadata,
+        ToolCallBlock,
+    )
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+
+    class PageReaderLLM(MockFunctionCallingLLM):
+        """A LlamaIndex function-calling LLM that reads ``pages`` pages, then answers."""
+
+        pages: int = 30
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(is_function_calling_model=True, is_chat_model=True,
+                               context_window=128_000, model_name="cookbook-page-reader")
+
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            seen = [m.content or "" for m in messages if m.role.value == "tool"]
+            page = next_page(seen)
+            if kwargs.get("tools") and page < self.pages:
+                call = ToolCallBlock(tool_call_id=f"call_{page}", tool_name="read_page",
+                                     tool_kwargs={"page": page})
+                message = ChatMessage(role="assistant", blocks=[call])
+            elif seen:
+                message = ChatMessage(role="assistant",
+                                      content=f"Read {page} pages; the last was {seen[-1][:28]}")
+            else:
+                last = messages[-1].content or ""
+                message = ChatMessage(role="assistant", content=f"You said: {last[:60]}")
+            return ChatResponse(message=message)
+
+        async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            return self.chat(messages, **kwargs)
+
+        def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+            yield self.chat(messages, **kwargs)
+
+        async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+            response = self.chat(messages, **kwargs)
+
+            async def one() -> Any:
+                yield response
+
+            return one()
+
+    return PageReaderLLM
+
+
+def __getattr__(name: str) -> Any:
+    # Built on first use, so LangChain-only recipes never import LlamaIndex.
+    if name == "PageReaderLLM":
+        return _page_reader_llm_class()
+    raise AttributeError(name)

@@ -43,4 +43,4 @@ while True:
 counter = cf.counter_for_model("gpt-4o")
 print(reply.content)
 print(f"history: {len(history)} messages, {counter.count_messages(to_core(history)):,} tokens; "
-      f"every call fit {budget.input_budget:,}")
+      f"each call's input was compacted to fit {budget.input_budget:,} tokens")
