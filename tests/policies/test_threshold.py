@@ -374,6 +374,7 @@ def newest_group(messages: Sequence[cf.Message]) -> list[cf.Message]:
 def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
     """The stated minimum: system messages, the first user message and the newest group cut
     to their labels, and the notice."""
+    history, _ = cf.repair(history)  # what the policy saw
     users = [m for m in history if m.role == "user"]
     keep = {m.id for m in newest_group(history)} | {m.id for m in users[:1]}
     floor = [m if m.role == "system" else shrink_message(m, cf.HeadTail(), max_chars=0)

@@ -11,6 +11,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._policies._fit import shrink_message
 from contextfold._policies.budget_allocation import allocate_budget
 from contextfold._policies.importance import keyword_truncate
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
@@ -274,6 +275,67 @@ def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> 
 # -- properties ----------------------------------------------------------------------
 
 
+def test_the_newest_group_is_cut_head_tail_before_failing(counter: cf.TokenCounter) -> None:
+    call = cf.ToolCall("big", "read_page")
+    newest = [cf.Message(role="assistant", tool_calls=(call,)),
+              cf.Message(role="tool", tool_call_id="big", name="read_page",
+                         content="page head " + "body text " * 3_000 + " page tail")]
+    history = [*chatter(20), *newest]
+    window = counter.count_messages(history) // 3  # the newest group alone is too big
+    assert counter.count_messages(newest) > window
+    outcome, _ = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    assert cf.validate(outcome.messages) == []
+    assert counter.count_messages(outcome.messages) <= window
+    assert outcome.messages[-2] is newest[0]  # the call stays whole
+    result = outcome.messages[-1]
+    assert result.id == newest[1].id and result.text.startswith("page head")
+    assert result.text.endswith("page tail") and "TRUNCATED" in result.text
+
+
+def test_budget_left_under_the_target_goes_to_the_tier_summaries(
+    counter: cf.TokenCounter,
+) -> None:
+    # Tier 0 (the last 10 short messages) uses little of its 70%: what it leaves goes to
+    # the tier-1 summary, up to the share tier 1 preserves (70% of its messages).
+    history = [*chatter(20, size=1_500), *chatter(10, size=60)]
+    window = int(counter.count_messages(history) / 0.8)
+    policy = cf.TieredPolicy(residuals_enabled=False)
+    _, requests = drive(policy, history, context_for(counter, window, force=True))
+    tier1 = next(r for r in requests if r.purpose == "tier1")
+    share = int(cf.Budget(context_window=window).target_tokens * 0.20)  # seed 002's split
+    assert tier1.max_tokens is not None and tier1.max_tokens > share
+    assert tier1.max_tokens <= 0.7 * counter.count_messages(tier1.messages)
+
+
+@settings(max_examples=max(200, settings.default.max_examples))  # central invariant
+@given(history=histories(max_turns=8), share=st.floats(0.02, 0.6), force=st.booleans())
+def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float, force: bool
+) -> None:
+    budget = cf.Budget(context_window=max(20, int(counter.count_messages(history) * share)))
+    try:
+        result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
+                            summarizer=cf.ScriptedSummarizer(default="DATA: KT-1"), force=force,
+                            now=NOW)
+    except cf.BudgetExceededError:
+        # Necessary condition: the system messages, the newest group cut to its labels and
+        # one tier header do not fit.
+        sent, _ = cf.repair(history)  # what the policy saw
+        lead = [m for m in sent if m.role == "system"]
+        newest = [shrink_message(m, cf.HeadTail(), max_chars=0)
+                  for m in cf.split_groups(sent)[-1].messages]
+        context = cf.CompactionContext(budget=budget, counter=counter)
+        header = cf.Message(role="user", source="summary", content=(
+            "[Compacted history — tier 1: 1 earlier messages summarized; full text: "
+            f"{handle_text('ctx_' + '0' * 12, context)}]"))
+        assert counter.count_messages([*lead, *newest, header]) > budget.input_budget
+        event("budget exceeded")
+        return
+    assert_valid_within(result.messages, budget, counter)
+    out_ids = {m.id for m in result.messages}
+    assert {m.id for m in cf.split_groups(history)[-1].messages} <= out_ids
+
+
 @settings(max_examples=max(150, settings.default.max_examples))  # central invariant
 @given(history=histories(max_turns=12), share=st.floats(0.5, 2.5), force=st.booleans())
 def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
@@ -286,9 +348,11 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
         result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
                             summarizer=summarizer, force=force, now=NOW)
     except cf.BudgetExceededError:
-        # Necessary condition: the system prompt and the newest group do not fit.
+        # Necessary condition: the system prompt and the newest group, cut to its labels,
+        # do not fit.
         lead = [m for m in history if m.role == "system"]
-        newest = cf.split_groups(history)[-1].messages
+        newest = [shrink_message(m, cf.HeadTail(), max_chars=0)
+                  for m in cf.split_groups(history)[-1].messages]
         context = cf.CompactionContext(budget=budget, counter=counter)
         header = cf.Message(role="user", source="summary", content=(
             "[Compacted history — tier 3: 1000000 earlier messages summarized; full text: "
@@ -306,10 +370,14 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
     if result.report.method == "tiered":
         cap = math.ceil(sum(m.role != "system" for m in history) * 0.2)
         assert result.report.details["residual_count"] <= cap
-        # Original order is kept: messages carried over appear in input order.
-        carried = [m for m in result.messages if m.source != "summary" or m in history]
-        positions = [next(i for i, h in enumerate(history) if h is m) for m in carried]
+        # Original order is kept: messages carried over (the newest group possibly cut
+        # head+tail, same id) appear in input order.
+        ids = [m.id for m in history]
+        positions = [ids.index(m.id) for m in result.messages if m.id in ids]
         assert positions == sorted(positions)
+        cut = [m for m in result.messages if m.id in ids and all(m is not h for h in history)]
+        newest = {m.id for m in cf.split_groups(history)[-1].messages}
+        assert all(m.id in newest for m in cut), "only the newest group may be cut"
     assert {r.purpose for r in summarizer.requests} <= {"tier1", "tier2", "tier3"}
     assert len(summarizer.requests) <= 3
 

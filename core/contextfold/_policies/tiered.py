@@ -40,7 +40,9 @@ from .._learning import apply_learning, learned_in
 from .._messages import Message
 from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
 from .._references import handle_for, handle_text
+from .._shrink import HeadTail
 from .._structure import Group, leading_system_count, split_groups
+from ._fit import fits_budget, shrink_message, squeeze
 from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
 from .importance import (
     DEFAULT_WEIGHTS,
@@ -71,6 +73,8 @@ class _Plan:
     allocation: BudgetAllocation | None = None
     rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
     headers: dict[int, int] = field(default_factory=dict)
+    needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
+    cut_newest: bool = False  # the newest group must be cut head+tail to fit
 
     def members(self, tier: int) -> list[int]:
         return [g for g, t in sorted(self.tier_of.items()) if t == tier]
@@ -208,12 +212,58 @@ class TieredPolicy:
             self._assign_tiers(plan, context, messages)
             planned = self._plan_tokens(plan, messages, context)
             if planned <= context.budget.input_budget:
+                self._share_slack(plan, context.budget.target_tokens - planned)
                 return plan
             if not plan.kept:
                 if planned - plan.offset <= context.budget.input_budget:
                     return plan  # only the calibrated size is over: the best that can be done
-                raise self._too_big(plan, messages, context)
+                return self._last_resort(plan, messages, context)
             plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
+
+    def _share_slack(self, plan: _Plan, slack: int) -> None:
+        """Budget left under the target after the plan goes to the tier summaries, most
+        recent tier first, each up to its preserved share (seed 002 gives the tiers' unused
+        budget to tier 0; this gives tier 0's unused budget back)."""
+        for t in (1, 2, 3):
+            if slack <= 0:
+                return
+            more = min(slack, max(0, plan.needs.get(t, 0) - plan.rooms.get(t, 0)))
+            if t in set(plan.tier_of.values()) and more > 0:
+                plan.rooms[t] += more
+                slack -= more
+
+    def _last_resort(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> _Plan:
+        """Every residual demoted and still too big: one tier (one header) holds every group
+        but the newest, its summary gets what the budget leaves, and the newest group is cut
+        head+tail when that is still needed. Raises when not even that fits."""
+        newest = len(plan.groups) - 1
+        for g in plan.tier_of:
+            plan.tier_of[g] = 0 if g == newest else 1
+        plan.rooms[1] = plan.needs[1] = plan.headers[1]
+        planned = self._plan_tokens(plan, messages, context)
+        limit = context.budget.input_budget
+        if planned <= limit:
+            plan.needs[1] = plan.headers[1] + limit  # no preservation cap: what is left
+            self._share_slack(plan, min(context.budget.target_tokens, limit) - planned)
+            return plan
+        if self._newest_cut_fits(plan, messages, context):
+            plan.cut_newest = True
+            return plan
+        raise self._too_big(plan, messages, context)
+
+    def _newest_cut_fits(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+    ) -> bool:
+        """True when the plan fits with the newest group's messages cut to their labels."""
+        newest = plan.groups[-1].messages if plan.groups else ()
+        if not newest or plan.tier_of.get(len(plan.groups) - 1, -1) != 0:
+            return False
+        floor = [shrink_message(m, HeadTail(), max_chars=0) for m in newest]
+        saved = context.counter.count_messages(newest) - context.counter.count_messages(floor)
+        planned = self._plan_tokens(plan, messages, context) - plan.offset
+        return planned - saved <= context.budget.input_budget
 
     def _group_score(self, plan: _Plan, g: int) -> int:
         group = plan.groups[g]
@@ -292,6 +342,7 @@ class TieredPolicy:
                 self._header_message(t, 10**6, ref=handle_text("ctx_" + "0" * 12, context)))
             need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
             needs.append(need if counts[t] else 0)
+            plan.needs[t] = needs[-1]
         residual_tokens = sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned)
         allocation = allocate_budget(
             context.budget.target_tokens,
@@ -369,12 +420,23 @@ class TieredPolicy:
             elif tier not in placed:
                 placed.add(tier)
                 out.append(summaries[tier])
-        if context.measure(out) > context.budget.input_budget:
+        if context.measure(out) > context.budget.input_budget and not self._cut_newest(
+                out, plan, context):
             raise self._too_big(plan, messages, context)
         return PolicyOutcome(
             messages=out, method=self.name, targets=self._targets(plan, context),
             details=self._details(messages, out, plan, context),
         )
+
+    def _cut_newest(self, out: list[Message], plan: _Plan, context: CompactionContext) -> bool:
+        """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
+        the largest common size that fits; False when not even their labels fit."""
+        newest = plan.groups[-1].messages if plan.groups else ()
+        if not newest or out[-len(newest):] != list(newest):
+            return False
+        spots = list(range(len(out) - len(newest), len(out)))
+        plan.cut_newest = True
+        return squeeze(out, spots, newest, fits_budget(context), HeadTail())
 
     def _unchanged(
         self, messages: Sequence[Message], plan: _Plan, context: CompactionContext
