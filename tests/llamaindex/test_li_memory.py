@@ -4,6 +4,8 @@ failures known from the peers (ChatMemoryBuffer, Memory) that must not happen he
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -171,6 +173,23 @@ def test_no_leading_assistant_or_tool_message() -> None:
         assert view[0].role == "user"
 
 
+def test_a_tool_round_waiting_for_results_joins_the_view_when_complete() -> None:
+    memory = _memory()
+    memory.put(ChatMessage(role="user", content="check two orders"))
+    memory.put(ChatMessage(role="assistant", blocks=[
+        ToolCallBlock(tool_call_id="a", tool_name="lookup", tool_kwargs={"order": 1}),
+        ToolCallBlock(tool_call_id="b", tool_name="lookup", tool_kwargs={"order": 2}),
+    ]))
+    memory.put(ChatMessage(role="tool", content="order 1 shipped",
+                           additional_kwargs={"tool_call_id": "a"}))
+    pending = memory.get()
+    assert [m.role.value for m in pending] == ["user"]  # no call without its result
+    memory.put(ChatMessage(role="tool", content="order 2 shipped",
+                           additional_kwargs={"tool_call_id": "b"}))
+    assert [m.role.value for m in memory.get()] == ["user", "assistant", "tool", "tool"]
+    assert len(memory.get_all()) == 4
+
+
 @settings(max_examples=150)
 @given(histories(imperfect=True))
 def test_any_history_gives_a_valid_view_within_budget(messages: list[cf.Message]) -> None:
@@ -288,5 +307,32 @@ def test_sqlite_store_by_name_and_path(tmp_path: Any, monkeypatch: Any) -> None:
     reopened = _memory(store="sqlite", session_id="persist")
     assert len(reopened.get_all()) == 6
     assert (tmp_path / "history.db").exists()
+    memory.close()
+    reopened.close()
     with pytest.raises(cf.ConfigurationError, match="store must be"):
         _memory(store="redis://nowhere")
+
+
+@pytest.mark.postgres
+def test_postgres_store_by_url() -> None:
+    url = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL")
+    if not url:
+        reason = "CONTEXTFOLD_TEST_POSTGRES_URL is not set (source .ci/services/postgres.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    session = "li-" + uuid.uuid4().hex
+    memory = _memory(store=url, session_id=session)
+    try:
+        memory.put_messages(_turns(30))
+        _assert_view(memory.get())
+        data = json.loads(json.dumps(memory.to_dict()))
+        assert data["store"] == {"kind": "postgres", "url": url}
+        data["live"] = "gone"
+        again = CompactingMemory.from_dict(data)
+        assert isinstance(again.store, cf.PostgresStore) and again.store is not memory.store
+        assert len(again.get_all()) == 60
+        again.close()
+    finally:
+        memory.reset()
+        memory.close()

@@ -40,6 +40,7 @@ import contextfold as cf
 from contextfold import ConversionError, ImagePart, Message, OpaquePart, TextPart, ToolCall
 
 __all__ = [
+    "copy_message",
     "from_llama_index",
     "message_from_llama_index",
     "message_to_llama_index",
@@ -281,6 +282,16 @@ def message_to_llama_index(message: Message) -> ChatMessage:
 def to_llama_index(messages: Iterable[Message]) -> list[ChatMessage]:
     """Convert core messages to LlamaIndex messages."""
     return [message_to_llama_index(m) for m in messages]
+
+
+def copy_message(message: ChatMessage) -> ChatMessage:
+    """A copy whose blocks and ``additional_kwargs`` can be changed without touching the
+    original (blocks are copied one level deep; nested kwargs values are shared)."""
+    return ChatMessage.model_construct(
+        role=message.role,
+        additional_kwargs=dict(message.additional_kwargs),
+        blocks=[block.model_copy() for block in message.blocks],
+    )
 
 
 def _blocks_out(message: Message, extras: Mapping[str, Any]) -> list[Any]:

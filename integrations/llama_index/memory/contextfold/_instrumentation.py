@@ -104,10 +104,17 @@ class ConversationIdleEvent(BaseEvent):
 
 def report_dict(report: CompactionReport) -> dict[str, Any]:
     """A report as JSON-safe data (tuples become lists, unknown values their text)."""
-    data = dataclasses.asdict(report)
+    data: dict[str, Any] = {
+        f.name: getattr(report, f.name) for f in dataclasses.fields(report)
+        if f.name not in ("targets", "details")
+    }
+    data["targets"] = [
+        {f.name: getattr(t, f.name) for f in dataclasses.fields(t)} for t in report.targets
+    ]
+    data["details"] = _json_safe(report.details)
+    data["repairs"], data["notes"] = list(report.repairs), list(report.notes)
     data["tokens_saved"] = report.tokens_saved
-    safe: dict[str, Any] = _json_safe(data)
-    return safe
+    return data
 
 
 def _json_safe(value: Any) -> Any:

@@ -5,7 +5,8 @@ Use it wherever ``ChatMemoryBuffer`` or ``Memory`` goes (chat engines, ``Functio
 full history; ``get`` returns the compacted, valid view a Compactor builds from it:
 
 * the first non-system message is a user message, no tool result is orphaned and no call
-  is left unanswered (the in-flight view is repaired, never the stored history);
+  is left unanswered (the in-flight view is repaired, never the stored history; a tool
+  round still waiting for its results joins the view when they arrive);
 * it fits the budget together with the tokens the caller adds: ``initial_token_count``,
   the ``system_prompt`` the agent prepends and the ``tools`` it sends;
 * successive ``get`` calls reuse the compacted prefix and count only the new messages,
@@ -29,7 +30,13 @@ from pydantic import Field, PrivateAttr
 import contextfold as cf
 
 from . import _serde
-from ._convert import from_llama_index, to_llama_index, tool_definitions
+from ._convert import (
+    copy_message,
+    from_llama_index,
+    message_to_llama_index,
+    to_llama_index,
+    tool_definitions,
+)
 from ._instrumentation import acompact_in_span, compact_in_span, forward_event
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "CompactingMemory"]
@@ -54,6 +61,7 @@ class CompactingMemory(BaseMemory):
     _parts: _serde.Parts = PrivateAttr()
     _compactor: cf.Compactor = PrivateAttr()
     _tools: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _converted: dict[int, tuple[cf.Message, ChatMessage]] = PrivateAttr(default_factory=dict)
     _fixed: tuple[int, _FixedTools | None] = PrivateAttr(default=(-1, None))
 
     @classmethod
@@ -139,6 +147,7 @@ class CompactingMemory(BaseMemory):
                 policy=policy if policy is not None else cf.ThresholdPolicy(),
                 budget=budget, counter=counter or cf.counter_for_model(budget.model),
                 summarizer=summarizer, store=opened, retry=retry, store_url=url,
+                owns_store=opened is not store,
             )
         self._parts = parts
         self._tools = tool_definitions(tools)
@@ -190,23 +199,23 @@ class CompactingMemory(BaseMemory):
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
         """The compacted, valid view of the history (the full history stays stored)."""
-        history = self._loaded()
+        history = _settled(self._loaded())
         if not _compactable(history):
             return to_llama_index(history)
         result = compact_in_span(self._compactor, history,
                                  tools=self._fixed_tools(initial_token_count))
-        return to_llama_index(result.messages)
+        return self._view(result.messages)
 
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
         """The async form of :meth:`get` (summaries are awaited)."""
-        history = await self._aloaded()
+        history = _settled(await self._aloaded())
         if not _compactable(history):
             return to_llama_index(history)
         result = await acompact_in_span(self._compactor, history,
                                         tools=self._fixed_tools(initial_token_count))
-        return to_llama_index(result.messages)
+        return self._view(result.messages)
 
     def get_all(self) -> list[ChatMessage]:
         """The full stored history, uncompacted."""
@@ -268,6 +277,13 @@ class CompactingMemory(BaseMemory):
         self._parts.histories[self.session_id] = []
         self._compactor.reset()
 
+    def close(self) -> None:
+        """Close the store when this memory opened it (from a name, path or URL)."""
+        if self._parts.owns_store:
+            close = getattr(self.store, "close", None)
+            if callable(close):
+                close()
+
     # -- serialization ---------------------------------------------------------------
 
     def to_dict(self, **kwargs: Any) -> dict[str, Any]:
@@ -299,6 +315,23 @@ class CompactingMemory(BaseMemory):
         return memory
 
     # -- internals -------------------------------------------------------------------
+
+    def _view(self, messages: Sequence[cf.Message]) -> list[ChatMessage]:
+        """The view as fresh ``ChatMessage`` objects the caller may change freely.
+
+        Each core message is converted once while it stays in the view; every ``get``
+        returns copies of the conversions (agents edit the last message in place).
+        """
+        done, kept = self._converted, {}
+        out = []
+        for m in messages:
+            pair = done.get(id(m))
+            if pair is None or pair[0] is not m:
+                pair = (m, message_to_llama_index(m))
+            kept[id(m)] = pair
+            out.append(copy_message(pair[1]))
+        self._converted = kept
+        return out
 
     def _loaded(self) -> list[cf.Message]:
         """The session's history, loaded once and then kept in step with every write."""
@@ -350,6 +383,24 @@ def _default_budget(token_limit: int | None, llm: Any) -> cf.Budget:
     return cf.Budget(context_window=DEFAULT_CONTEXT_WINDOW)
 
 
+def _settled(history: list[cf.Message]) -> Sequence[cf.Message]:
+    """The history without a trailing tool round still waiting for results.
+
+    A call without its result cannot be sent to a provider, and answering it with a
+    placeholder would tell the model it failed; the round joins the view once its last
+    result is put. Holding it back also keeps the Compactor on its incremental path.
+    """
+    k = len(history)
+    while k and history[k - 1].role == "tool":
+        k -= 1
+    if k == 0 or not history[k - 1].tool_calls:
+        return history
+    answered = {m.tool_call_id for m in history[k:]}
+    if all(c.id in answered for c in history[k - 1].tool_calls):
+        return history
+    return history[: k - 1]
+
+
 def _compactable(history: Sequence[cf.Message]) -> bool:
     """Whether a view can be built: a history without any user message is returned as is."""
     return any(m.role == "user" for m in history)
@@ -360,10 +411,12 @@ def _revive_parts(
 ) -> _serde.Parts:
     budget = kwargs.get("budget") or (live.budget if live else
                                       _serde.revive_budget(data["budget"]))
+    owns = True
     if "store" in kwargs:
         store, url = _serde.open_store(kwargs["store"])
+        owns = store is not kwargs["store"]
     elif live is not None:
-        store, url = live.store, live.store_url
+        store, url, owns = live.store, live.store_url, live.owns_store
     else:
         store, url = _serde.revive_store(data["store"], session_id)
     return _serde.Parts(
@@ -374,7 +427,7 @@ def _revive_parts(
                                           _serde.revive_counter(data.get("counter"), budget)),
         summarizer=kwargs.get("summarizer") or (live.summarizer if live else None),
         retry=kwargs.get("retry") or (live.retry if live else None),
-        store=store, store_url=url,
+        store=store, store_url=url, owns_store=owns,
     )
 
 

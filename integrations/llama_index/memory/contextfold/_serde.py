@@ -54,6 +54,8 @@ class Parts:
     """The summarizer's ``RetryPolicy`` (``None``: the Compactor's default)."""
     store_url: str | None = None
     """The PostgreSQL URL the store was opened with (it carries its credentials)."""
+    owns_store: bool = False
+    """True when the store was opened from a name, path or URL (``close`` closes it)."""
     histories: dict[str, list[cf.Message]] = dataclasses.field(default_factory=dict)
     """Each session's history as loaded from the store and appended to since: shared by
     every memory object built from these parts (a ``Context`` may rebuild its memory)."""

