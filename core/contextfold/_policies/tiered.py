@@ -22,9 +22,17 @@ towards ``budget.target``:
    message, ``source="summary"``) where the tier's first message was, residuals in place,
    tier 0 raw at the end.
 
+Budget the plan leaves under the target (tier 0 using less than its share) goes to the
+tier summaries, most recent tier first, each up to its preserved share: seed 002 gives the
+tiers' unused budget to tier 0, this gives tier 0's back, so a summary is not squeezed to
+its header while the budget sits unused.
+
 When even that does not fit the input budget, residual groups are demoted (lowest score
-first) into their tiers; :class:`~contextfold.BudgetExceededError` is raised only when the
-system messages, pinned messages, the newest group and the tier headers do not fit.
+first) into their tiers; then one tier holds every group but the newest (one header, its
+summary sized to what the budget leaves); then the newest group is cut head+tail (its tool
+calls kept) to the largest common size that fits. :class:`~contextfold.BudgetExceededError`
+is raised only when the system messages, pinned messages, the newest group cut to its
+labels and one tier header do not fit.
 """
 
 from __future__ import annotations
@@ -32,21 +40,20 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._errors import BudgetExceededError, ConfigurationError
 from .._learning import apply_learning, learned_in
 from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
+from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .._references import handle_for, handle_text
 from .._shrink import HeadTail
-from .._structure import Group, leading_system_count, split_groups
+from .._structure import leading_system_count, split_groups
 from ._fit import fits_budget, shrink_message, squeeze
-from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
+from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
 from .importance import (
     DEFAULT_WEIGHTS,
-    ImportanceScore,
     ImportanceWeights,
     estimated_chars,
     identifiers,
@@ -54,30 +61,10 @@ from .importance import (
     score_messages,
 )
 from .tiered_config import TIER_INSTRUCTIONS, env_kwargs
+from .tiered_plan import TierPlan, check_int, header_message, tier_details, tier_targets
 
 __all__ = ["TIER_INSTRUCTIONS", "TieredPolicy"]
 
-
-
-@dataclass
-class _Plan:
-    """The groups and where each goes."""
-
-    groups: list[Group]
-    scores: list[ImportanceScore]
-    lead: int
-    offset: int
-    kept: set[int] = field(default_factory=set)  # residual groups
-    pinned: set[int] = field(default_factory=set)
-    tier_of: dict[int, int] = field(default_factory=dict)
-    allocation: BudgetAllocation | None = None
-    rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
-    headers: dict[int, int] = field(default_factory=dict)
-    needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
-    cut_newest: bool = False  # the newest group must be cut head+tail to fit
-
-    def members(self, tier: int) -> list[int]:
-        return [g for g, t in sorted(self.tier_of.items()) if t == tier]
 
 
 @dataclass(frozen=True)
@@ -126,9 +113,9 @@ class TieredPolicy:
     name = "tiered"
 
     def __post_init__(self) -> None:
-        _check_int("residual_threshold", self.residual_threshold, 0)
+        check_int("residual_threshold", self.residual_threshold, 0)
         for attr in ("tier0_size", "safety_margin", "current_message_reserve"):
-            _check_int(attr, getattr(self, attr), 0)
+            check_int(attr, getattr(self, attr), 0)
         if not self.tier0_size <= self.tier1_size <= self.tier2_size:
             raise ConfigurationError(
                 "tier sizes must satisfy tier0_size <= tier1_size <= tier2_size, got "
@@ -191,13 +178,13 @@ class TieredPolicy:
 
     # -- planning --------------------------------------------------------------------
 
-    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> _Plan:
+    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> TierPlan:
         estimate = context.measure(messages)
         offset = max(0, (context.known_tokens or 0) - estimate)
         if context.force:
             offset = max(offset, context.budget.input_budget + 1 - estimate)
         lead = leading_system_count(messages)
-        plan = _Plan(
+        plan = TierPlan(
             groups=split_groups(messages, lead),
             scores=apply_learning(  # content like what was read back scores higher
                 score_messages(messages, now=context.now, threshold=self.residual_threshold,
@@ -220,7 +207,7 @@ class TieredPolicy:
                 return self._last_resort(plan, messages, context)
             plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
 
-    def _share_slack(self, plan: _Plan, slack: int) -> None:
+    def _share_slack(self, plan: TierPlan, slack: int) -> None:
         """Budget left under the target after the plan goes to the tier summaries, most
         recent tier first, each up to its preserved share (seed 002 gives the tiers' unused
         budget to tier 0; this gives tier 0's unused budget back)."""
@@ -233,15 +220,17 @@ class TieredPolicy:
                 slack -= more
 
     def _last_resort(
-        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
-    ) -> _Plan:
+        self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
+    ) -> TierPlan:
         """Every residual demoted and still too big: one tier (one header) holds every group
         but the newest, its summary gets what the budget leaves, and the newest group is cut
         head+tail when that is still needed. Raises when not even that fits."""
         newest = len(plan.groups) - 1
         for g in plan.tier_of:
             plan.tier_of[g] = 0 if g == newest else 1
-        plan.rooms[1] = plan.needs[1] = plan.headers[1]
+        members = [m for g in plan.members(1) for m in plan.groups[g].messages]
+        exact = header_message(1, len(members), ref=handle_text(handle_for(members), context))
+        plan.rooms[1] = plan.needs[1] = plan.headers[1] = context.counter.count_message(exact)
         planned = self._plan_tokens(plan, messages, context)
         limit = context.budget.input_budget
         if planned <= limit:
@@ -254,7 +243,7 @@ class TieredPolicy:
         raise self._too_big(plan, messages, context)
 
     def _newest_cut_fits(
-        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+        self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> bool:
         """True when the plan fits with the newest group's messages cut to their labels."""
         newest = plan.groups[-1].messages if plan.groups else ()
@@ -265,15 +254,15 @@ class TieredPolicy:
         planned = self._plan_tokens(plan, messages, context) - plan.offset
         return planned - saved <= context.budget.input_budget
 
-    def _group_score(self, plan: _Plan, g: int) -> int:
+    def _group_score(self, plan: TierPlan, g: int) -> int:
         group = plan.groups[g]
         return max(plan.scores[i].score for i in range(group.start, group.end))
 
-    def _group_tokens(self, plan: _Plan, g: int, context: CompactionContext) -> int:
+    def _group_tokens(self, plan: TierPlan, g: int, context: CompactionContext) -> int:
         return sum(map(context.counter.count_message, plan.groups[g].messages))
 
     def _pick_residuals(
-        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+        self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> None:
         """Residual groups by score, within the message cap and the token cap."""
         if not self.residuals_enabled:
@@ -298,7 +287,7 @@ class TieredPolicy:
                 used_tokens += tokens
 
     def _assign_tiers(
-        self, plan: _Plan, context: CompactionContext, messages: Sequence[Message]
+        self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
     ) -> None:
         """Tiers by recency among the groups not kept; then fit tier 0 to its allocation."""
         plan.tier_of = {}
@@ -329,7 +318,7 @@ class TieredPolicy:
             tokens[1] += moved
 
     def _allocate(
-        self, plan: _Plan, tokens: dict[int, int], context: CompactionContext,
+        self, plan: TierPlan, tokens: dict[int, int], context: CompactionContext,
         messages: Sequence[Message],
     ) -> None:
         counts = {t: 0 for t in (1, 2, 3)}
@@ -339,7 +328,7 @@ class TieredPolicy:
         needs = []
         for t in (1, 2, 3):
             plan.headers[t] = context.counter.count_message(
-                self._header_message(t, 10**6, ref=handle_text("ctx_" + "0" * 12, context)))
+                header_message(t, 10**6, ref=handle_text("ctx_" + "0" * 12, context)))
             need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
             needs.append(need if counts[t] else 0)
             plan.needs[t] = needs[-1]
@@ -361,7 +350,7 @@ class TieredPolicy:
             plan.rooms[t] = max(room, plan.headers[t])
 
     def _plan_tokens(
-        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+        self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> int:
         """Tokens of the output at the planned summary sizes, calibration included."""
         kept = list(messages[: plan.lead])
@@ -373,14 +362,8 @@ class TieredPolicy:
 
     # -- summaries and output --------------------------------------------------------
 
-    def _header_message(self, tier: int, count: int, text: str = "", ref: str = "") -> Message:
-        full = f"; full text: {ref}" if ref else ""
-        header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
-        return Message(role="user", content=f"{header}\n\n{text}" if text else header,
-                       source="summary", metadata={"compaction": "tiered", "tier": tier})
-
     def _tier_message(
-        self, tier: int, originals: tuple[Message, ...], text: str | None, plan: _Plan,
+        self, tier: int, originals: tuple[Message, ...], text: str | None, plan: TierPlan,
         context: CompactionContext,
     ) -> Message:
         """The tier's summary message, shrunk to its room by keyword-preserving truncation
@@ -394,7 +377,7 @@ class TieredPolicy:
                              for m in originals if m.text)
         room = plan.rooms[tier]
         for _ in range(8):
-            message = self._header_message(tier, len(originals), text.strip(), ref)
+            message = header_message(tier, len(originals), text.strip(), ref)
             size = context.counter.count_message(message)
             if size <= room or not text:
                 break
@@ -402,13 +385,13 @@ class TieredPolicy:
                                      context.counter.count_text(text))
             text = keyword_truncate(text, min(len(text) - 1, int(target * 0.95)), keywords)
         else:
-            message = self._header_message(tier, len(originals), ref=ref)
+            message = header_message(tier, len(originals), ref=ref)
         if context.counter.count_message(message) > room:
-            message = self._header_message(tier, len(originals), ref=ref)
+            message = header_message(tier, len(originals), ref=ref)
         return message
 
     def _finish(
-        self, messages: Sequence[Message], plan: _Plan, summaries: dict[int, Message],
+        self, messages: Sequence[Message], plan: TierPlan, summaries: dict[int, Message],
         context: CompactionContext,
     ) -> PolicyOutcome:
         out = list(messages[: plan.lead])
@@ -424,11 +407,11 @@ class TieredPolicy:
                 out, plan, context):
             raise self._too_big(plan, messages, context)
         return PolicyOutcome(
-            messages=out, method=self.name, targets=self._targets(plan, context),
-            details=self._details(messages, out, plan, context),
+            messages=out, method=self.name, targets=tier_targets(plan, context),
+            details=tier_details(messages, out, plan, context),
         )
 
-    def _cut_newest(self, out: list[Message], plan: _Plan, context: CompactionContext) -> bool:
+    def _cut_newest(self, out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
         """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
         the largest common size that fits; False when not even their labels fit."""
         newest = plan.groups[-1].messages if plan.groups else ()
@@ -439,54 +422,15 @@ class TieredPolicy:
         return squeeze(out, spots, newest, fits_budget(context), HeadTail())
 
     def _unchanged(
-        self, messages: Sequence[Message], plan: _Plan, context: CompactionContext
+        self, messages: Sequence[Message], plan: TierPlan, context: CompactionContext
     ) -> PolicyOutcome:
         return PolicyOutcome(
             messages=messages, notes=("tiered: everything is recent or residual",),
-            details=self._details(messages, messages, plan, context),
+            details=tier_details(messages, messages, plan, context),
         )
-
-    def _targets(self, plan: _Plan, context: CompactionContext) -> tuple[Target, ...]:
-        count = context.counter.count_message
-        spans = {t: handle_for(m for g in plan.members(t) for m in plan.groups[g].messages)
-                 for t in (1, 2, 3) if plan.members(t)}
-        return tuple(
-            Target(index=i, role=m.role, method=f"summarized:tier{t}",
-                   original_tokens=count(m), new_tokens=0,
-                   tool_name=m.name if m.role == "tool" else None, handle=spans[t])
-            for g, t in sorted(plan.tier_of.items()) if t
-            for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
-        )
-
-    def _details(
-        self, messages: Sequence[Message], out: Sequence[Message], plan: _Plan,
-        context: CompactionContext,
-    ) -> dict[str, Any]:
-        original, compressed = context.measure(messages), context.measure(out)
-        residual_indices = [
-            i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
-        ]
-        tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
-        budget = plan.allocation.as_dict() if plan.allocation is not None else None
-        if budget is not None:
-            budget["used_tokens"] = compressed + plan.offset
-            budget["used_percent"] = round(100 * (compressed + plan.offset) / budget["total"], 2)
-        return {
-            "original_tokens": original,
-            "compressed_tokens": compressed,
-            "ratio": round(compressed / original, 4) if original else 1.0,
-            "residual_count": len(residual_indices),
-            "residuals": [
-                {"index": i, "score": plan.scores[i].score, "factors": list(plan.scores[i].factors)}
-                for i in residual_indices if plan.scores[i].is_residual
-            ],
-            "pinned_count": sum(len(plan.groups[g]) for g in plan.pinned),
-            "tiers": tiers,
-            "budget": budget,
-        }
 
     def _too_big(
-        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
+        self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> BudgetExceededError:
         return BudgetExceededError(
             "tiered compaction: the system messages, pinned messages, the newest group and "
@@ -494,9 +438,3 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
-

@@ -1,0 +1,97 @@
+"""The tiered policy's plan and report: where each group goes, the tier messages' header,
+the report's targets and details."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import ConfigurationError
+from .._messages import Message
+from .._policy import CompactionContext, Target
+from .._references import handle_for
+from .._structure import Group
+from .budget_allocation import BudgetAllocation
+from .importance import ImportanceScore
+
+__all__ = ["TierPlan", "check_int", "header_message", "tier_details", "tier_targets"]
+
+
+@dataclass
+class TierPlan:
+    """The groups and where each goes."""
+
+    groups: list[Group]
+    scores: list[ImportanceScore]
+    lead: int
+    offset: int
+    kept: set[int] = field(default_factory=set)  # residual groups
+    pinned: set[int] = field(default_factory=set)
+    tier_of: dict[int, int] = field(default_factory=dict)
+    allocation: BudgetAllocation | None = None
+    rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
+    headers: dict[int, int] = field(default_factory=dict)
+    needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
+    cut_newest: bool = False  # the newest group must be cut head+tail to fit
+
+    def members(self, tier: int) -> list[int]:
+        """The groups in ``tier``, oldest first."""
+        return [g for g, t in sorted(self.tier_of.items()) if t == tier]
+
+
+def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Message:
+    """A tier's summary message: its header, then ``text``."""
+    full = f"; full text: {ref}" if ref else ""
+    header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
+    return Message(role="user", content=f"{header}\n\n{text}" if text else header,
+                   source="summary", metadata={"compaction": "tiered", "tier": tier})
+
+
+def tier_targets(plan: TierPlan, context: CompactionContext) -> tuple[Target, ...]:
+    """The report's targets: every summarized message, with its tier's handle."""
+    count = context.counter.count_message
+    spans = {t: handle_for(m for g in plan.members(t) for m in plan.groups[g].messages)
+             for t in (1, 2, 3) if plan.members(t)}
+    return tuple(
+        Target(index=i, role=m.role, method=f"summarized:tier{t}",
+               original_tokens=count(m), new_tokens=0,
+               tool_name=m.name if m.role == "tool" else None, handle=spans[t])
+        for g, t in sorted(plan.tier_of.items()) if t
+        for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
+    )
+
+
+def tier_details(
+    messages: Sequence[Message], out: Sequence[Message], plan: TierPlan,
+    context: CompactionContext,
+) -> dict[str, Any]:
+    """Compression metrics, residuals with their factors, tiers and the budget report."""
+    original, compressed = context.measure(messages), context.measure(out)
+    residual_indices = [
+        i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
+    ]
+    tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
+    budget = plan.allocation.as_dict() if plan.allocation is not None else None
+    if budget is not None:
+        budget["used_tokens"] = compressed + plan.offset
+        budget["used_percent"] = round(100 * (compressed + plan.offset) / budget["total"], 2)
+    return {
+        "original_tokens": original,
+        "compressed_tokens": compressed,
+        "ratio": round(compressed / original, 4) if original else 1.0,
+        "residual_count": len(residual_indices),
+        "residuals": [
+            {"index": i, "score": plan.scores[i].score, "factors": list(plan.scores[i].factors)}
+            for i in residual_indices if plan.scores[i].is_residual
+        ],
+        "pinned_count": sum(len(plan.groups[g]) for g in plan.pinned),
+        "tiers": tiers,
+        "budget": budget,
+    }
+
+
+def check_int(name: str, value: object, low: int) -> None:
+    """Raise ``ConfigurationError`` unless ``value`` is an int >= ``low``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
