@@ -32,7 +32,7 @@ def _fingerprints(messages: list[cf.Message]) -> list[str]:
 # -- the central invariant -----------------------------------------------------------
 
 
-@settings(max_examples=150)
+@settings(max_examples=max(150, settings.default.max_examples))  # the central invariant
 @given(
     history=histories(min_turns=3, max_turns=8, max_tool_chars=1_500, images=False),
     policy_index=st.integers(0, 1),
