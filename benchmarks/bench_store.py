@@ -129,6 +129,7 @@ def search_rows(quick: bool) -> list[dict[str, Any]]:
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
             counts.append(len(hits))
+        best = [_best_of_3(store, query) for query in queries]
         store.close()
     times.sort()
     p95 = times[int(len(times) * 0.95) - 1]
@@ -136,14 +137,26 @@ def search_rows(quick: bool) -> list[dict[str, Any]]:
     return [
         {"name": f"search {SEARCH_SIZE // 1000}k msgs, median", "ours":
          statistics.median(times), "unit": "ms",
-         "notes": f"{len(queries)} queries, {hit_rate:.0%} with hits; no peer (Memory has no "
-                  f"search); target < 20 ms"},
+         "notes": f"{len(queries)} queries, {hit_rate:.0%} with hits, each run once; no peer "
+                  "(Memory has no search); target < 20 ms"},
+        {"name": f"search {SEARCH_SIZE // 1000}k msgs, median of best-of-3", "ours":
+         statistics.median(best), "unit": "ms",
+         "notes": "each query's fastest of 3 runs (scheduler noise of a shared machine out)"},
         {"name": f"search {SEARCH_SIZE // 1000}k msgs, p95", "ours": p95, "unit": "ms",
          "notes": f"store filled in {load_s:.1f} s (1,000 msgs per append)"},
         {"name": f"search {SEARCH_SIZE // 1000}k msgs, median CPU time", "ours":
          statistics.median(cpu), "unit": "ms",
          "notes": f"process time; load average {os.getloadavg()[0]:.1f} during the run"},
     ]
+
+
+def _best_of_3(store: cf.SQLiteStore, query: str) -> float:
+    fastest = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        store.search_messages("agent", query, limit=20)
+        fastest = min(fastest, time.perf_counter() - started)
+    return fastest * 1000
 
 
 def _queries(base: list[cf.Message], n: int) -> list[str]:

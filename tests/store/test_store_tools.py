@@ -104,3 +104,17 @@ def test_importing_the_stores_loads_no_database_driver() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_postgres_cases_skip_locally_but_fail_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from store_helpers import postgres_url
+
+    monkeypatch.delenv("CONTEXTFOLD_TEST_POSTGRES_URL", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="CONTEXTFOLD_TEST_POSTGRES_URL"):
+        postgres_url()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CONTEXTFOLD_TEST_POSTGRES_URL"):
+        postgres_url()
+    monkeypatch.setenv("CONTEXTFOLD_TEST_POSTGRES_URL", "postgresql://x@127.0.0.1/y")
+    assert postgres_url() == "postgresql://x@127.0.0.1/y"
