@@ -50,7 +50,11 @@ _KINDS: tuple[tuple[str, str], ...] = (
         r"|(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
         r"|(?:[\w.@+-]+/)+[\w@+-]+\.[A-Za-z0-9]{1,8})(?![\w/])",
     ),
-    ("ref", r"#[A-Za-z0-9][\w-]*\d[\w-]*|#\d+|\b[A-Z]{1,6}-\d{2,}(?:-[A-Z0-9]+)*\b"),
+    (
+        "ref",
+        r"#[A-Za-z0-9][\w-]*\d[\w-]*|#\d+|\b[A-Z]{1,6}-\d{2,}(?:-[A-Z0-9]+)*\b"
+        r"|(?<=ending in )\d{3,}\b",  # "the card ending in 9725"
+    ),
     # Tokens that mix letters and digits (HAT001, 4WQ150, mia_li_3668, a UUID, a hash),
     # or long digit runs (order and phone numbers).
     (
@@ -62,10 +66,11 @@ _KINDS: tuple[tuple[str, str], ...] = (
 
 _PATTERN = re.compile("|".join(f"(?P<{kind}>{rx})" for kind, rx in _KINDS))
 _TRAILING = ".,;:!?"
-# Tokens of the id kind that are words of the trade, not references.
+# Tokens of the id kind that are words of the trade or numbered field names ("address1"),
+# not references.
 _NOISE = re.compile(
     r"(?i)^(?:utf-?8|utf-?16|sha-?\d+|md5|base64|x86_64|amd64|arm64|ipv[46]|http[s2]?|"
-    r"mp[34]|h26[45]|gpt-[\w.-]+|o\d(?:-\w+)?|[a-z]+\d?d)$"
+    r"mp[34]|h26[45]|gpt-[\w.-]+|o\d(?:-\w+)?|[a-z]+\d?d|[a-z]+_?\d)$"
 )
 
 

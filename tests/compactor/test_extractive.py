@@ -140,8 +140,12 @@ def test_identifier_kinds() -> None:
 
 
 def test_plain_words_and_tool_names_are_not_identifiers() -> None:
-    text = "The agent checked the inventory and/or status. utf-8 gpt-4o"
+    text = "The agent checked the inventory and/or status. utf-8 gpt-4o address1 line2"
     assert cf.extract_identifiers(text) == []
+
+
+def test_card_endings_are_identifiers() -> None:
+    assert cf.extract_identifiers("Use the credit card ending in 9725 please") == ["9725"]
 
 
 @given(st.lists(st.from_regex(r"[A-Z]{2,4}-[0-9]{3,6}", fullmatch=True), min_size=1, max_size=5),
