@@ -19,6 +19,11 @@ decision on what the provider billed (seed 004's three-layer defence):
 
 A policy whose output must be rebuilt on every call (a loop slice, a nudge) sets the class
 attribute ``always_run = True``; the Compactor then runs it on the full input every time.
+
+Reports describe the input a call worked on: the previous output plus the new messages
+when the call was incremental (``details["incremental"]``), else the caller's input.
+``details`` also holds the calibrated figure (``known_tokens``), the usage breakdown
+(``usage``) and, for policy runs, the summary figures (``summary``).
 """
 
 from __future__ import annotations
