@@ -64,21 +64,23 @@ _SEARCH: dict[SearchKind, tuple[str, str, str, str]] = {
 def postgres_search_sql(kind: SearchKind, window: int | None = None) -> str:
     """The ranked search statement for ``kind``; binds ``:q``, ``:owner``, ``:limit``.
 
-    With ``window``, only the owner's ``window`` most recent matches are ranked (as in
-    ``SQLiteStore``); headlines are made for the returned rows alone.
+    Matches come from the GIN index (``id + 0`` keeps the planner from walking the primary
+    key backwards through every row instead). With ``window``, only the owner's ``window``
+    most recent matches are ranked, as in ``SQLiteStore``. Bodies and headlines are read
+    for the returned rows alone.
     """
     table, owner, tsv, text_column = _SEARCH[kind]
-    matches = f"""SELECT t."id", t."{owner}", t."position", t."body", t."{text_column}",
-        t."{tsv}", q."q" FROM {table} AS t, plainto_tsquery('english'::regconfig, :q) AS q("q")
-        WHERE t."{owner}" = :owner AND t."{tsv}" @@ q."q" """
-    if window is not None:
-        matches += f' ORDER BY t."id" DESC LIMIT {int(window)}'
-    return f"""SELECT h."id", h."{owner}", h."position", h."body", h."rank",
-    ts_headline('english'::regconfig, h."{text_column}", h."q",
+    recent = "" if window is None else f' ORDER BY t."id" + 0 DESC LIMIT {int(window)}'
+    return f"""SELECT t."id", t."{owner}", t."position", t."body", r."rank",
+    ts_headline('english'::regconfig, t."{text_column}", r."q",
         'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1')
-    FROM (SELECT m.*, ts_rank_cd(m."{tsv}", m."q") AS "rank" FROM ({matches}) AS m
-        ORDER BY "rank" DESC, m."id" DESC LIMIT :limit) AS h
-    ORDER BY h."rank" DESC, h."id" DESC"""
+    FROM (SELECT m."id", m."q", ts_rank_cd(m."{tsv}", m."q") AS "rank"
+        FROM (SELECT t."id", t."{tsv}", q."q" FROM {table} AS t,
+            plainto_tsquery('english'::regconfig, :q) AS q("q")
+            WHERE t."{owner}" = :owner AND t."{tsv}" @@ q."q"{recent}) AS m
+        ORDER BY "rank" DESC, m."id" DESC LIMIT :limit) AS r
+    JOIN {table} AS t ON t."id" = r."id"
+    ORDER BY r."rank" DESC, r."id" DESC"""
 
 
 class PostgresStore(BaseStore):
