@@ -538,3 +538,29 @@ async def test_acompact_awaits_an_async_only_summarizer_with_retries(
     with pytest.raises(cf.ConfigurationError, match="async only"):
         cf.Compactor(FoldPolicy(), cf.Budget(context_window=3_000), counter=counter,
                      summarizer=AsyncOnly()).compact(history, force=True)
+
+
+@given(
+    history=histories(min_turns=3, max_turns=8, max_tool_chars=1_500, images=False,
+                      imperfect=True),
+    policy_index=st.integers(0, 1),
+)
+def test_defective_histories_at_every_length_are_repaired_like_from_scratch(
+    history: list[cf.Message], policy_index: int, counter: cf.TokenCounter
+) -> None:
+    policy = _policies()[policy_index]
+    compactor = cf.Compactor(policy, SMALL, counter=counter)
+    for n in range(1, len(history) + 1):
+        step = history[:n]
+        try:
+            scratch = cf.compact(step, policy=policy, budget=SMALL, counter=counter)
+        except cf.BudgetExceededError:
+            scratch = None
+        try:
+            result = compactor.compact(step)
+        except cf.BudgetExceededError:
+            assert scratch is None, "the compactor failed where a from-scratch pass fits"
+            continue
+        if scratch is not None and not cf.validate(scratch.messages):
+            # whatever repair made valid from scratch, the incremental path keeps valid
+            assert_valid_within(result.messages, SMALL, counter)
