@@ -6,8 +6,9 @@ calls with ~400-character results, answers; contextfold's ``generate_history``),
 untimed with ``set``, under the same 30,000-token limit and the same cl100k tokenizer.
 Then, at that size:
 
-* ``put``: the mean time of one more message (a tool round, alternating call and result);
-* ``get``: the mean time of ``get()`` right after each such put, as an agent loop calls it
+* ``put``: the median time of one more message (a tool round, alternating call and
+  result);
+* ``get``: the median time of ``get()`` right after each such put, as an agent loop calls it
   (contextfold's first ``get`` after loading, which compacts the whole history once, is
   shown apart as ``get (first)``);
 * the same with ``aput`` / ``aget`` in an event loop.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import statistics
 import sys
 import time
 import warnings
@@ -106,22 +108,24 @@ def measure_sync(factory: MemoryFactory, n: int) -> dict[str, float | str]:
     memory = factory()
     memory.set(history(n))
     out: dict[str, float | str] = {}
+    op = "get (first)"
     try:
-        out["get (first)"] = _timed(memory.get) * 1000
-        puts: list[float] = []
-        gets: list[float] = []
+        out[op] = _timed(memory.get) * 1000
+        times: dict[str, list[float]] = {"put": [], "get": []}
         started = time.perf_counter()
         for i in range(OPS):
             message = step(i)
-            puts.append(_timed(lambda m=message: memory.put(m)))
-            gets.append(_timed(memory.get))
+            op = "put"
+            times["put"].append(_timed(lambda m=message: memory.put(m)))
+            op = "get"
+            times["get"].append(_timed(memory.get))
             if time.perf_counter() - started > CELL_SECONDS and i >= 2:
                 break
-        out["put"] = sum(puts) / len(puts) * 1000
-        out["get"] = sum(gets) / len(gets) * 1000
+        out.update({k: statistics.median(v) * 1000 for k, v in times.items()})
     except _TooSlow:
+        out[op] = f">{OP_SECONDS * 1000:,.0f}"
         for key in ("get (first)", "put", "get"):
-            out.setdefault(key, f">{OP_SECONDS * 1000:,.0f}")
+            out.setdefault(key, "not measured")
     return out
 
 
@@ -138,17 +142,15 @@ def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
         memory = factory()
         await memory.aset(history(n))
         out: dict[str, float | str] = {"aget (first)": await timed(memory.aget) * 1000}
-        puts: list[float] = []
-        gets: list[float] = []
+        times: dict[str, list[float]] = {"aput": [], "aget": []}
         started = time.perf_counter()
         for i in range(OPS):
             message = step(i)
-            puts.append(await timed(lambda m=message: memory.aput(m)))
-            gets.append(await timed(memory.aget))
+            times["aput"].append(await timed(lambda m=message: memory.aput(m)))
+            times["aget"].append(await timed(memory.aget))
             if time.perf_counter() - started > CELL_SECONDS and i >= 2:
                 break
-        out["aput"] = sum(puts) / len(puts) * 1000
-        out["aget"] = sum(gets) / len(gets) * 1000
+        out.update({k: statistics.median(v) * 1000 for k, v in times.items()})
         return out
 
     try:
@@ -166,7 +168,8 @@ def rows_for(n: int) -> list[dict[str, Any]]:
     for name, factory in factories().items():
         figures[name] = measure_sync(factory, n)
         if any(isinstance(v, str) for v in figures[name].values()):
-            figures[name].update({k: "not run" for k in ("aget (first)", "aput", "aget")})
+            skipped = "not run (a sync operation passed the cap)"
+            figures[name].update({k: skipped for k in ("aget (first)", "aput", "aget")})
         else:
             figures[name].update(measure_async(factory, n))
     ours = figures.pop("CompactingMemory")
@@ -179,7 +182,7 @@ def rows_for(n: int) -> list[dict[str, Any]]:
             if isinstance(other, float) and isinstance(mine, float):
                 row["peer"] = other
             elif isinstance(other, str):
-                row["notes"] = f"{peer}: {other} ms"
+                row["notes"] = f"{peer}: {other}" + (" ms" if other.startswith(">") else "")
                 if other.startswith(">") and isinstance(mine, float):
                     row["ratio"] = float(other[1:].replace(",", "")) / mine
                     row["notes"] += " (aborted; ratio is a lower bound)"

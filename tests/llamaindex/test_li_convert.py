@@ -24,10 +24,11 @@ from llama_index.core.tools import FunctionTool
 
 import contextfold as cf
 from contextfold.testing import histories
-from llama_index.memory.contextfold import from_llama_index, to_llama_index
-from llama_index.memory.contextfold._convert import (
+from llama_index.memory.contextfold import (
+    from_llama_index,
     message_from_llama_index,
     message_to_llama_index,
+    to_llama_index,
     tool_definitions,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from li_fakes import COUNTER, Overflow, ScriptedAgentLLM, page_text
+from li_fakes import COUNTER, Overflow, Request, ScriptedAgentLLM, page_text
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
@@ -198,24 +198,30 @@ def test_other_errors_are_not_retried() -> None:
     assert inner.calls == 1
 
 
-def _loop(report_usage: bool) -> ScriptedAgentLLM:
-    inner = ScriptedAgentLLM(rounds=30, usage_scale=1.6, window=BUDGET.input_budget,
-                             report_usage=report_usage)
+def _second_request(report_usage: bool) -> tuple[Request, Request, int]:
+    """Two calls on a history our estimate puts under the trigger and the provider (1.6x)
+    over it; returns both requests and the second's full history size by our estimate."""
+    inner = ScriptedAgentLLM(rounds=5, usage_scale=1.6, report_usage=report_usage)
     llm = CompactingLLM(llm=inner, budget=BUDGET, counter=COUNTER)
     history = [ChatMessage(role="user", content="Summarize the report.")]
-    for _ in range(31):
-        _grow(history, llm.chat_with_tools([TOOL], chat_history=history), llm, words=120)
-    assert inner.calls == 31  # every step went through, retried where it overflowed
-    return inner
+    while COUNTER.count_messages(from_llama_index(history)) < 3000:
+        _grow(history, llm.llm.chat_with_tools([TOOL], chat_history=history), llm, words=120)
+    inner.requests.clear()
+    _grow(history, llm.chat_with_tools([TOOL], chat_history=history), llm, words=20)
+    _grow(history, llm.chat_with_tools([TOOL], chat_history=history), llm, words=20)
+    return inner.requests[0], inner.requests[1], COUNTER.count_messages(
+        from_llama_index(history[:-1]))
 
 
 def test_reported_usage_calibrates_the_next_decision() -> None:
-    # The provider counts 1.6x our estimate. Without usage the estimate lets requests
-    # grow past the real window and only the overflow retry saves them; with usage the
-    # compactor decides on the real size and no request overflows.
-    blind, calibrated = _loop(report_usage=False), _loop(report_usage=True)
-    assert blind.overflows >= 2
-    assert calibrated.overflows == 0
+    # The provider counts 1.6x our estimate. Its reported prompt_tokens make the next
+    # request compact although our own estimate of it is still under the trigger.
+    first, second, estimate = _second_request(report_usage=True)
+    assert estimate < BUDGET.trigger_tokens < first.tokens * 1.6
+    assert len(second.core) < len(first.core)  # compacted on the reported figure
+    assert cf.validate(second.core) == []
+    _, blind_second, _ = _second_request(report_usage=False)
+    assert len(blind_second.core) > len(first.core)  # no usage: sent whole
 
 
 def test_overflow_errors_are_recognised() -> None:

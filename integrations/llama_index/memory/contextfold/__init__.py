@@ -17,7 +17,6 @@ from ._convert import (
     message_from_llama_index,
     message_to_llama_index,
     to_llama_index,
-    tool_definitions,
 )
 from ._instrumentation import (
     CompactionAppliedEvent,
@@ -27,7 +26,12 @@ from ._instrumentation import (
 from ._llm import CompactingLLM, is_context_overflow, reported_usage
 from ._memory import DEFAULT_CONTEXT_WINDOW, CompactingMemory
 from ._summarizer import SUMMARY_SYSTEM_PROMPT, LLMSummarizer, render_transcript
-from ._tools import read_original_tool_for, search_tools_for, tool_from_spec
+from ._tools import (
+    read_original_tool_for,
+    search_tools_for,
+    tool_definitions,
+    tool_from_spec,
+)
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

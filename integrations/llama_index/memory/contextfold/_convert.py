@@ -15,10 +15,8 @@ and the kept extras apply only where they still describe the message.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
-import struct
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -39,13 +37,14 @@ from pydantic import TypeAdapter
 import contextfold as cf
 from contextfold import ConversionError, ImagePart, Message, OpaquePart, TextPart, ToolCall
 
+from ._images import image_size
+
 __all__ = [
     "copy_message",
     "from_llama_index",
     "message_from_llama_index",
     "message_to_llama_index",
     "to_llama_index",
-    "tool_definitions",
 ]
 
 META_KEY = "llama_index"
@@ -182,7 +181,7 @@ def _image_in(block: ImageBlock) -> tuple[cf.ContentPart, str]:
     if sources == ["image"]:
         raw = block.image if isinstance(block.image, bytes) else _read_io(block.image)
         b64 = raw.decode("ascii", errors="replace")
-        width, height = _image_size(b64) or (None, None)
+        width, height = image_size(b64) or (None, None)
         return ImagePart(url=f"data:{mime or ''};base64,{b64}", detail=detail, width=width,
                          height=height, media_type=mime), "image:bytes"
     if sources == ["path"]:
@@ -420,61 +419,3 @@ def _calls_sig(calls: Sequence[ToolCall]) -> str:
     """A short signature of tool calls, to notice when a policy changed them."""
     text = json.dumps([[c.id, c.name, c.arguments] for c in calls], ensure_ascii=False)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
-
-
-# -- tools -------------------------------------------------------------------------------
-
-
-def tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, Any]]:
-    """Tool definitions as OpenAI ``tools`` entries, for counting their tokens.
-
-    Accepts what LlamaIndex passes around: ``BaseTool`` objects (their metadata's OpenAI
-    form) and ready dicts (the OpenAI integration's prepared ``tools``).
-    """
-    out: list[dict[str, Any]] = []
-    for tool in tools or ():
-        if isinstance(tool, Mapping):
-            out.append(dict(tool))
-            continue
-        metadata = getattr(tool, "metadata", None)
-        if metadata is not None and hasattr(metadata, "to_openai_tool"):
-            out.append(metadata.to_openai_tool(skip_length_check=True))
-        else:
-            out.append({"name": str(getattr(tool, "name", tool))})
-    return out
-
-
-# -- image size --------------------------------------------------------------------------
-
-
-def _image_size(b64: str) -> tuple[int, int] | None:
-    """Width and height from a base64 PNG, GIF or JPEG header, when they can be read."""
-    prefix = b64[: 1 << 16]
-    try:
-        head = base64.b64decode(prefix[: len(prefix) // 4 * 4])
-    except (binascii.Error, ValueError):
-        return None
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
-        w, h = struct.unpack(">II", head[16:24])
-        return int(w), int(h)
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        w, h = struct.unpack("<HH", head[6:10])
-        return int(w), int(h)
-    if head[:2] == b"\xff\xd8":
-        return _jpeg_size(head)
-    return None
-
-
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    i = 2
-    while i + 9 < len(data):
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        length = struct.unpack(">H", data[i + 2 : i + 4])[0]
-        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE,
-                      0xCF):
-            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
-            return int(w), int(h)
-        i += 2 + length
-    return None

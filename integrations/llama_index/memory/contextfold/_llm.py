@@ -39,8 +39,10 @@ from llama_index.core.llms.llm import ToolSelection
 
 import contextfold as cf
 
-from ._convert import from_llama_index, message_to_llama_index, tool_definitions
+from ._convert import from_llama_index, message_to_llama_index
+from ._fixed import budget_of
 from ._instrumentation import acompact_in_span, compact_in_span, forward_event
+from ._tools import tool_definitions
 
 __all__ = ["CompactingLLM", "is_context_overflow", "reported_usage"]
 
@@ -147,7 +149,7 @@ class CompactingLLM(FunctionCallingLLM):
         if not isinstance(llm, LLM):
             raise cf.ConfigurationError(f"llm must be a llama_index LLM, got {llm!r}")
         super().__init__(llm=llm, callback_manager=llm.callback_manager, **kwargs)
-        budget = budget if budget is not None else _budget_of(llm.metadata)
+        budget = budget if budget is not None else budget_of(llm.metadata)
         self._compactor = cf.Compactor(
             policy if policy is not None else cf.ThresholdPolicy(), budget,
             counter or cf.counter_for_model(budget.model), summarizer, store,
@@ -389,11 +391,3 @@ def _back(
         return list(messages)
     originals = {id(m): messages[i] for i, m in enumerate(core)}
     return [originals.get(id(m)) or message_to_llama_index(m) for m in out]
-
-
-def _budget_of(metadata: LLMMetadata) -> cf.Budget:
-    window = int(metadata.context_window)
-    reserve = max(0, int(metadata.num_output))
-    reserve = reserve if reserve < window // 2 else 0
-    model = metadata.model_name if metadata.model_name not in ("", "unknown") else None
-    return cf.Budget(context_window=window, output_reserve=reserve, model=model)

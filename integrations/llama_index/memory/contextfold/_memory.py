@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -30,14 +30,10 @@ from pydantic import Field, PrivateAttr
 import contextfold as cf
 
 from . import _serde
-from ._convert import (
-    copy_message,
-    from_llama_index,
-    message_to_llama_index,
-    to_llama_index,
-    tool_definitions,
-)
+from ._convert import copy_message, from_llama_index, message_to_llama_index, to_llama_index
+from ._fixed import FixedAwareCounter, FixedTools, budget_of
 from ._instrumentation import acompact_in_span, compact_in_span, forward_event
+from ._tools import tool_definitions
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "CompactingMemory"]
 
@@ -62,7 +58,7 @@ class CompactingMemory(BaseMemory):
     _compactor: cf.Compactor = PrivateAttr()
     _tools: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _converted: dict[int, tuple[cf.Message, ChatMessage]] = PrivateAttr(default_factory=dict)
-    _fixed: tuple[int, _FixedTools | None] = PrivateAttr(default=(-1, None))
+    _fixed: tuple[int, FixedTools | None] = PrivateAttr(default=(-1, None))
 
     @classmethod
     def class_name(cls) -> str:
@@ -152,7 +148,7 @@ class CompactingMemory(BaseMemory):
         self._parts = parts
         self._tools = tool_definitions(tools)
         self._compactor = cf.Compactor(
-            parts.policy, parts.budget, _FixedAwareCounter(parts.counter), parts.summarizer,
+            parts.policy, parts.budget, FixedAwareCounter(parts.counter), parts.summarizer,
             parts.store, conversation_id=self.session_id, retry=parts.retry,
             listeners=[forward_event],
         )
@@ -353,7 +349,7 @@ class CompactingMemory(BaseMemory):
             return fn(*args)
         return await asyncio.to_thread(fn, *args)
 
-    def _fixed_tools(self, initial_token_count: int) -> _FixedTools | None:
+    def _fixed_tools(self, initial_token_count: int) -> FixedTools | None:
         """The tool definitions plus the caller's fixed tokens, one object per figure (the
         Compactor recognises the same object and keeps its incremental path)."""
         if not isinstance(initial_token_count, int) or initial_token_count < 0:
@@ -364,7 +360,7 @@ class CompactingMemory(BaseMemory):
             counter = self._parts.counter
             extra += counter.count_message(cf.Message("system", self.system_prompt))
         if self._fixed[0] != extra:
-            fixed = _FixedTools(self._tools, extra) if (extra or self._tools) else None
+            fixed = FixedTools(self._tools, extra) if (extra or self._tools) else None
             self._fixed = (extra, fixed)
         return self._fixed[1]
 
@@ -374,12 +370,7 @@ def _default_budget(token_limit: int | None, llm: Any) -> cf.Budget:
         return cf.Budget(context_window=int(token_limit))
     metadata = getattr(llm, "metadata", None)
     if metadata is not None:
-        window = int(metadata.context_window)
-        reserve = max(0, int(metadata.num_output))
-        reserve = reserve if reserve < window // 2 else 0
-        model = getattr(metadata, "model_name", None)
-        return cf.Budget(context_window=window, output_reserve=reserve,
-                         model=model if isinstance(model, str) and model != "unknown" else None)
+        return budget_of(metadata)
     return cf.Budget(context_window=DEFAULT_CONTEXT_WINDOW)
 
 
@@ -429,46 +420,3 @@ def _revive_parts(
         retry=kwargs.get("retry") or (live.retry if live else None),
         store=store, store_url=url, owns_store=owns,
     )
-
-
-class _FixedTools(Sequence[Mapping[str, Any]]):
-    """Tool definitions carrying extra fixed tokens (system prompt, caller's prefix)."""
-
-    __slots__ = ("extra", "tools")
-
-    def __init__(self, tools: Sequence[Mapping[str, Any]], extra: int) -> None:
-        self.tools, self.extra = list(tools), extra
-
-    def __len__(self) -> int:
-        return len(self.tools)
-
-    def __bool__(self) -> bool:
-        return bool(self.tools) or self.extra > 0
-
-    def __getitem__(self, index: Any) -> Any:
-        return self.tools[index]
-
-    def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        return iter(self.tools)
-
-
-class _FixedAwareCounter:
-    """A counter that adds a ``_FixedTools``' extra tokens to the tools' count."""
-
-    def __init__(self, inner: cf.TokenCounter) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    def count_text(self, text: str) -> int:
-        return self.inner.count_text(text)
-
-    def count_message(self, message: cf.Message) -> int:
-        return self.inner.count_message(message)
-
-    def count_messages(self, messages: Sequence[cf.Message]) -> int:
-        return self.inner.count_messages(messages)
-
-    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
-        extra = tools.extra if isinstance(tools, _FixedTools) else 0
-        real = list(tools)
-        return (self.inner.count_tools(real) if real else 0) + extra

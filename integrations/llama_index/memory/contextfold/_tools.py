@@ -8,7 +8,7 @@ the model sees exactly what the core promises. Each tool reads one session only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from llama_index.core.tools import FunctionTool, ToolMetadata
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 import contextfold as cf
 
-__all__ = ["read_original_tool_for", "search_tools_for", "tool_from_spec"]
+__all__ = ["read_original_tool_for", "search_tools_for", "tool_definitions", "tool_from_spec"]
 
 _TYPES: Mapping[str, Any] = {
     "string": str, "integer": int, "number": float, "boolean": bool, "array": list,
@@ -102,3 +102,22 @@ def _model_from_schema(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
         **fields,
     )
     return model
+
+
+def tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, Any]]:
+    """Tool definitions as OpenAI ``tools`` entries, for counting their tokens.
+
+    Accepts what LlamaIndex passes around: ``BaseTool`` objects (their metadata's OpenAI
+    form) and ready dicts (the OpenAI integration's prepared ``tools``).
+    """
+    out: list[dict[str, Any]] = []
+    for tool in tools or ():
+        if isinstance(tool, Mapping):
+            out.append(dict(tool))
+            continue
+        metadata = getattr(tool, "metadata", None)
+        if metadata is not None and hasattr(metadata, "to_openai_tool"):
+            out.append(metadata.to_openai_tool(skip_length_check=True))
+        else:
+            out.append({"name": str(getattr(tool, "name", tool))})
+    return out
