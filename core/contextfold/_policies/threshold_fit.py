@@ -112,6 +112,16 @@ def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
     return truncate_head_tail(text, shape, max_chars=lo)
 
 
+def fallback_notes(note: str) -> tuple[str, ...]:
+    """``note``, then its handle alone (``[dropped: ctx_...]``, when even the note does not
+    fit beside what was kept), then nothing: the order a notice tries them in."""
+    from .._references import HANDLE_RE
+
+    found = HANDLE_RE.search(note)
+    short = f"[dropped: {found.group(0)}]" if found else ""
+    return tuple(dict.fromkeys((note, short, "")))
+
+
 def dropped_note(span: str, count: int, context: CompactionContext) -> str:
     """The line of the summary that names the handle of the dropped messages."""
     return f"[{count} dropped messages, full text: {handle_text(span, context)}]"
