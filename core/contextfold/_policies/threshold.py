@@ -33,8 +33,9 @@ their identifiers, and the store keeps the full history. When no step reaches th
 the least degraded one whose output fits the input budget with the summary's room is used,
 else the least degraded one that fits with the notice. When none fits, the first user
 message and the newest group are cut head+tail (their tool calls kept) to the largest
-common size that fits: :class:`~contextfold.BudgetExceededError` is raised only when the
-system messages, those messages cut to their labels and the notice do not fit.
+common size that fits, with seed 004's notice or, when not even that fits, a
+:data:`SHORT_NOTICE`: :class:`~contextfold.BudgetExceededError` is raised only when the
+system messages, those messages cut to their labels and the short notice do not fit.
 
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
@@ -78,6 +79,7 @@ from .passes import strip_images
 from .threshold_fit import (
     SUMMARY_HEADER,
     dropped_note,
+    fallback_notes,
     fit_sections,
     insert_summary,
     summary_message,
@@ -87,6 +89,7 @@ from .threshold_plan import Level, Plan, plan_details, plan_targets, protected_a
 __all__ = [
     "COMPACTION_NOTICE",
     "CONTINUATION_NUDGE",
+    "SHORT_NOTICE",
     "SUMMARY_HEADER",
     "THRESHOLD_INSTRUCTIONS",
     "ThresholdPolicy",
@@ -120,6 +123,12 @@ COMPACTION_NOTICE = (
 )
 """Seed 004's notice, used when no summary could be made."""
 
+SHORT_NOTICE = (
+    "[Compaction Notice: older messages were dropped to fit the context. Continue where you "
+    "left off. Do NOT produce final output until ALL steps are complete.]"
+)
+"""The last resort, when not even seed 004's notice fits beside the messages kept."""
+
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
 
 
@@ -137,6 +146,7 @@ class ThresholdPolicy:
         instructions: the summary prompt (seed 004's five sections).
         nudge: the text after the summary.
         notice: the message used when the summary failed.
+        short_notice: the notice used when not even ``notice`` fits (tiny budgets).
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -151,6 +161,7 @@ class ThresholdPolicy:
     instructions: str = THRESHOLD_INSTRUCTIONS
     nudge: str = CONTINUATION_NUDGE
     notice: str = COMPACTION_NOTICE
+    short_notice: str = SHORT_NOTICE
     name = "threshold"
 
     def __post_init__(self) -> None:
@@ -168,7 +179,7 @@ class ThresholdPolicy:
             raise ConfigurationError(
                 f"summary_max_share must be in (0, 1], got {self.summary_max_share}"
             )
-        for attr in ("instructions", "nudge", "notice"):
+        for attr in ("instructions", "nudge", "notice", "short_notice"):
             if not str(getattr(self, attr)).strip():
                 raise ConfigurationError(f"{attr} must not be empty")
 
@@ -300,8 +311,7 @@ class ThresholdPolicy:
         originals = [plan.work[kept[k]] for k in spots]
         limit = context.budget.input_budget
         target = context.budget.target_tokens - plan.offset
-        # The notice naming the dropped messages' handle, then the bare one as the last resort.
-        notices = [self._summary_message(None, context, n) for n in dict.fromkeys((plan.note, ""))]
+        notices = self._notices(plan, context)
         notice = notices[-1]
         steps = [(plan.reserve, min(target, limit), notice),
                  (self._notice_tokens(context), limit, notice),
@@ -321,6 +331,14 @@ class ThresholdPolicy:
         for k, original in zip(spots, originals, strict=True):
             floor[k] = shrink_message(original, self.head_tail, max_chars=0)
         raise self._too_big(insert_summary(floor, notice), context)
+
+    def _notices(self, plan: Plan, context: CompactionContext) -> list[Message]:
+        """Seed 004's notice naming the dropped messages' handle, then with the handle alone,
+        then bare; then the short notice the same way, the last resort."""
+        notes = fallback_notes(plan.note)
+        return [*(self._summary_message(None, context, n) for n in notes),
+                *(summary_message(None, context, nudge=self.nudge, notice=self.short_notice,
+                                  note=n) for n in notes[1:] or notes)]
 
     def _truncate(self, m: Message, context: CompactionContext) -> Message:
         text = truncate_head_tail(m.text, self.head_tail,
@@ -398,9 +416,8 @@ class ThresholdPolicy:
                 summary = self._summary_message(text, context, plan.note)
                 if text != reply.text:
                     notes.append("threshold: summary cut to fit the budget")
-        if summary is None:  # the notice, without the note when that is too big
-            for note in dict.fromkeys((plan.note, "")):
-                summary = self._summary_message(None, context, note)
+        if summary is None:  # the first notice that fits, the short one last
+            for summary in self._notices(plan, context):
                 if context.measure(insert_summary(kept, summary)) <= limit:
                     break
         assert summary is not None
@@ -440,7 +457,7 @@ class ThresholdPolicy:
     def _too_big(self, out: Sequence[Message], context: CompactionContext) -> BudgetExceededError:
         return BudgetExceededError(
             "threshold compaction: the system messages, the first user message and the "
-            "newest group cut head+tail to their labels, and the compaction notice "
+            "newest group cut head+tail to their labels, and the short compaction notice "
             f"({len(out)} messages)",
             needed=context.measure(out),
             available=context.budget.input_budget,
