@@ -92,7 +92,8 @@ def squeeze(
 ) -> bool:
     """Cut every message at ``positions`` from its original (``originals``, same order) to
     the largest common head+tail size that fits, found by bisection. With ``context`` each
-    label names the original's ``ctx_`` handle (dropped when not even those labels fit).
+    label names the original's ``ctx_`` handle (bare when the labels with the tool's name do not
+    fit, left out when not even those fit).
 
     Returns False, leaving ``out`` unchanged, when even labels alone do not fit.
     """
@@ -104,8 +105,12 @@ def squeeze(
             candidate[k] = shrink_message(original, shape, max_chars=cap, handle=ref)
         return candidate
 
-    if positions and not fits(build(0)) and any(refs):
-        refs = [None] * len(originals)  # no room even for the handles: plain labels
+    if positions and context is not None and not fits(build(0)):
+        from .._references import handle_for
+
+        refs = [handle_for(original) for original in originals]  # the bare handles
+        if not fits(build(0)):
+            refs = [None] * len(originals)  # no room even for those: plain labels
     if not positions or not fits(build(0)):
         return False
     lo, hi = 0, max(sum(shape.sizes(len(m.text))) for m in originals)
