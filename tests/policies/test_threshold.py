@@ -13,6 +13,7 @@ from contextfold._policies._fit import shrink_message
 from contextfold._policies.threshold import (
     COMPACTION_NOTICE,
     CONTINUATION_NUDGE,
+    SHORT_NOTICE,
     SUMMARY_HEADER,
 )
 from contextfold._shrink import truncation_label
@@ -314,11 +315,32 @@ def test_recency_is_relaxed_before_errors_are_touched(counter: cf.TokenCounter) 
     assert history[-1] in outcome.messages  # the newest group is never dropped
 
 
+def test_the_short_notice_is_the_last_resort(counter: cf.TokenCounter) -> None:
+    history = [cf.Message(role="system", content=words(2_000, "sys")),
+               cf.Message(role="user", content="Rebook my flight.")]
+    for k in range(6):
+        history += [cf.Message(role="assistant", content=words(800, f"a{k}")),
+                    cf.Message(role="user", content=words(800, f"u{k}"))]
+    history.append(cf.Message(role="user", content="Go on."))
+    floor = [history[0], history[1], history[-1]]
+    short = cf.Message(role="user", content=SHORT_NOTICE, source="summary")
+    seed = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
+    window = counter.count_messages([*floor, short]) + 5
+    assert counter.count_messages([*floor, seed]) > window  # seed 004's notice cannot fit
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert counter.count_messages(outcome.messages) <= window
+    assert cf.validate(outcome.messages) == []
+    notice = next(m for m in outcome.messages if m.source == "summary")
+    assert notice.text.startswith(SHORT_NOTICE)
+    assert history[-1] in outcome.messages and history[1] in outcome.messages
+
+
 def test_budget_error_only_when_the_stated_minimum_cannot_fit(counter: cf.TokenCounter) -> None:
     history = [cf.Message(role="system", content=words(4_000, "sys")),
                cf.Message(role="user", content=words(20_000, "task"))]
     history += tool_step("a", 20_000) + tool_step("b", 20_000)
-    window = counter.count_messages(history[:1]) + 40  # the notice alone takes more
+    window = counter.count_messages(history[:1]) + 12  # the short notice alone takes more
+    assert counter.count_text(SHORT_NOTICE) > 12
     with pytest.raises(cf.BudgetExceededError, match="cut head\\+tail to their labels") as info:
         drive(cf.ThresholdPolicy(), history, context_for(counter, window))
     assert info.value.needed > info.value.available == window
@@ -373,13 +395,13 @@ def newest_group(messages: Sequence[cf.Message]) -> list[cf.Message]:
 
 def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
     """The stated minimum: system messages, the first user message and the newest group cut
-    to their labels, and the notice."""
+    to their labels, and the short notice."""
     history, _ = cf.repair(history)  # what the policy saw
     users = [m for m in history if m.role == "user"]
     keep = {m.id for m in newest_group(history)} | {m.id for m in users[:1]}
     floor = [m if m.role == "system" else shrink_message(m, cf.HeadTail(), max_chars=0)
              for m in history if m.role == "system" or m.id in keep]
-    return [*floor, cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")]
+    return [*floor, cf.Message(role="user", content=SHORT_NOTICE, source="summary")]
 
 
 @settings(max_examples=max(200, settings.default.max_examples))  # central invariant

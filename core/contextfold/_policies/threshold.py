@@ -124,10 +124,10 @@ COMPACTION_NOTICE = (
 """Seed 004's notice, used when no summary could be made."""
 
 SHORT_NOTICE = (
-    "[Compaction Notice: older messages were dropped to fit the context. Continue where you "
-    "left off. Do NOT produce final output until ALL steps are complete.]"
+    "[Older messages dropped to fit. Continue; do NOT finish before ALL steps are done.]"
 )
-"""The last resort, when not even seed 004's notice fits beside the messages kept."""
+"""The last resort, when not even seed 004's notice fits beside the messages kept: what
+happened and the nudge's two points (continue; no final output before the end)."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
 
