@@ -326,9 +326,14 @@ class TieredPolicy:
             if t:
                 counts[t] += 1
         needs = []
+        # The header at its largest: a real handle's 12 hex digits may take a token each,
+        # where the zeros used to measure it take fewer.
+        zeros = "0" * 12
+        header_room = context.counter.count_message(
+            header_message(1, 10**6, ref=handle_text("ctx_" + zeros, context))
+        ) + 12 - context.counter.count_text(zeros)
         for t in (1, 2, 3):
-            plan.headers[t] = context.counter.count_message(
-                header_message(t, 10**6, ref=handle_text("ctx_" + "0" * 12, context)))
+            plan.headers[t] = header_room
             need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
             needs.append(need if counts[t] else 0)
             plan.needs[t] = needs[-1]
