@@ -124,9 +124,21 @@ def measure_sync(factory: MemoryFactory, n: int) -> dict[str, float | str]:
         out.update({k: statistics.median(v) * 1000 for k, v in times.items()})
     except _TooSlow:
         out[op] = f">{OP_SECONDS * 1000:,.0f}"
+        if op == "get (first)":  # puts do not depend on gets: measure them on their own
+            out["put"] = _puts_only(memory)
         for key in ("get (first)", "put", "get"):
             out.setdefault(key, "not measured")
     return out
+
+
+def _puts_only(memory: Any) -> float | str:
+    """Median ms of puts alone (for a memory whose first get passed the cap)."""
+    try:
+        messages = [step(i) for i in range(10)]
+        times = [_timed(lambda m=m: memory.put(m)) for m in messages]
+    except _TooSlow:
+        return f">{OP_SECONDS * 1000:,.0f}"
+    return statistics.median(times) * 1000
 
 
 def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
