@@ -186,6 +186,25 @@ def test_one_request_with_five_sections_and_originals(counter: cf.TokenCounter) 
         assert m in history
 
 
+def test_the_summary_is_offered_what_the_plan_left_under_the_target(
+    counter: cf.TokenCounter,
+) -> None:
+    # One huge old message: truncating it overshoots the target by far, and the summary
+    # (which carries the identifiers of what was cut) is offered that room, not only the
+    # reserved 20% of the target.
+    history = [cf.Message(role="user", content="Read the log."),
+               cf.Message(role="assistant", content=words(40_000, "log"))]
+    for k in range(4):
+        history += tool_step(f"c{k}", 600)
+    window = counter.count_messages(history)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    budget = cf.Budget(context_window=window)
+    hint = int(budget.target_tokens * 0.2)
+    asked = requests[0].max_tokens
+    assert asked is not None and hint < asked <= 2_000
+    assert counter.count_messages(outcome.messages) <= budget.input_budget
+
+
 def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> None:
     history = email_history(8)
     window = int(counter.count_messages(history) / 0.8)

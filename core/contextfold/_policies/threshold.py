@@ -141,7 +141,9 @@ class ThresholdPolicy:
         min_compaction_chars: messages with less text than this are not worth truncating.
         head_tail: the head and tail sizes of a truncated message.
         summary_max_tokens: the largest summary asked for.
-        summary_max_share: the summary's size hint is at most this share of the target.
+        summary_max_share: the room reserved for the summary is at most this share of the
+            target (what the plan leaves under the target is offered too, up to
+            ``summary_max_tokens``).
         strip_images: remove analysed images from tool results first.
         instructions: the summary prompt (seed 004's five sections).
         nudge: the text after the summary.
@@ -196,7 +198,7 @@ class ThresholdPolicy:
         request = SummaryRequest(
             messages=self._originals(plan),
             instructions=self.instructions,
-            max_tokens=self._summary_tokens(context),
+            max_tokens=self._request_tokens(plan, context),
             purpose="threshold",
         )
         reply = yield request
@@ -363,6 +365,16 @@ class ThresholdPolicy:
     def _notice_tokens(self, context: CompactionContext) -> int:
         note = dropped_note("ctx_" + "0" * 12, 999, context)
         return context.counter.count_message(self._summary_message(None, context, note))
+
+    def _request_tokens(self, plan: Plan, context: CompactionContext) -> int:
+        """The summary's size hint: its reserved room, or what the plan left under the
+        target when that is more (dropping whole groups overshoots), up to
+        ``summary_max_tokens``."""
+        hint = self._summary_tokens(context)
+        wrapper = max(0, plan.reserve - hint)
+        left = (context.budget.target_tokens - plan.offset - context.measure(plan.kept())
+                - wrapper)
+        return max(hint, min(self.summary_max_tokens, left))
 
     def _summary_tokens(self, context: CompactionContext) -> int:
         share = int(context.budget.target_tokens * self.summary_max_share)
