@@ -228,3 +228,15 @@ def test_tool_definitions_accept_tools_and_dicts() -> None:
                              {"type": "function", "function": {"name": "x"}}])
     assert defs[0]["function"]["name"] == "lookup"
     assert cf.EstimatingCounter().count_tools(defs) > 0
+
+
+def test_image_paths_round_trip_even_when_the_file_is_gone(tmp_path: Any) -> None:
+    path = tmp_path / "chart one.png"
+    path.write_bytes(_png(640, 480))
+    msg = ChatMessage(role="user", blocks=[TextBlock(text="see"), ImageBlock(path=path)])
+    core = message_from_llama_index(msg)
+    assert core.images[0].url.startswith("file:")
+    assert _dump(message_to_llama_index(core)) == _dump(msg)
+    path.unlink()
+    back = message_to_llama_index(core)
+    assert back.blocks[1].path == path  # kept as a reference, not dropped
