@@ -1,73 +1,26 @@
-"""Recognising a provider's "the input is too long for the context window" error.
+"""Recognising a context-overflow error in LangChain (seed 004's third layer of defence).
 
-Seed 004's third layer of defence: when a request overflows despite the estimate and the
-calibration, compaction runs with ``force=True`` and the call is retried. Recognised:
-
-* langchain-core's ``ContextOverflowError`` (raised by current partner packages, for
-  example langchain-openai's ``OpenAIContextOverflowError``);
-* OpenAI's ``context_length_exceeded`` code on an ``openai.BadRequestError`` (older
-  langchain-openai releases re-raise it as a plain invalid-request error);
-* Anthropic's ``prompt is too long`` (``anthropic.BadRequestError``), and the wording of
-  other providers and proxies (Google, Mistral, vLLM, LiteLLM, Ollama).
-
-The exception chain (``__cause__`` / ``__context__``) is searched too, since wrappers
-re-raise provider errors. No provider SDK is imported here.
+The rules live in the core (:mod:`contextfold._overflow`: OpenAI's
+``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers'
+wording, searched along the exception chain); this module adds langchain-core's
+``ContextOverflowError``, which current partner packages raise (for example
+langchain-openai's ``OpenAIContextOverflowError``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from typing import Any
+from contextfold._overflow import OVERFLOW_PHRASES, overflow_figures
+from contextfold._overflow import is_context_overflow as _is_overflow
 
 __all__ = ["OVERFLOW_PHRASES", "is_context_overflow", "overflow_figures"]
 
-OVERFLOW_PHRASES = (
-    "context_length_exceeded",
-    "maximum context length",
-    "prompt is too long",
-    "exceeds the context window",
-    "context window exceeded",
-    "contextwindowexceedederror",
-    "input tokens exceed the configured limit",
-    "exceeds the maximum number of tokens allowed",
-    "context length exceeded",
-)
-"""Lower-case phrases that mark a context-overflow error message."""
 
-_CODES = frozenset({"context_length_exceeded", "context_window_exceeded"})
-
-# "maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens"
-_OPENAI = re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S)
-# "prompt is too long: 208310 tokens > 200000 maximum"
-_ANTHROPIC = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < 8:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _overflow_class() -> type[BaseException] | None:
+def _overflow_classes() -> tuple[type[BaseException], ...]:
     try:
         from langchain_core.exceptions import ContextOverflowError
     except ImportError:  # langchain-core before ContextOverflowError existed
-        return None
-    return ContextOverflowError
-
-
-def _code_of(error: BaseException) -> Any:
-    code = getattr(error, "code", None)
-    if code is None:
-        body = getattr(error, "body", None)
-        if isinstance(body, dict):
-            inner = body.get("error", body)
-            code = inner.get("code") if isinstance(inner, dict) else None
-    return code
+        return ()
+    return (ContextOverflowError,)
 
 
 def is_context_overflow(error: BaseException) -> bool:
@@ -81,30 +34,4 @@ def is_context_overflow(error: BaseException) -> bool:
             if is_context_overflow(exc):
                 ...  # compact with force=True and retry
     """
-    overflow = _overflow_class()
-    for exc in _chain(error):
-        if overflow is not None and isinstance(exc, overflow):
-            return True
-        if _code_of(exc) in _CODES:
-            return True
-        text = str(exc).lower()
-        if any(phrase in text for phrase in OVERFLOW_PHRASES):
-            return True
-    return False
-
-
-def overflow_figures(error: BaseException) -> tuple[int | None, int | None]:
-    """``(input_tokens, limit)`` when the error message states them, else ``None`` each.
-
-    Calibration input: the provider's own count of the rejected request is the best
-    estimate of what the history weighs.
-    """
-    for exc in _chain(error):
-        text = str(exc)
-        match = _OPENAI.search(text)
-        if match:
-            return int(match.group(2)), int(match.group(1))
-        match = _ANTHROPIC.search(text)
-        if match:
-            return int(match.group(1)), int(match.group(2))
-    return None, None
+    return _is_overflow(error, _overflow_classes())

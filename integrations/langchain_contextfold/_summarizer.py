@@ -10,48 +10,19 @@ raised, never returned as text: a failed summary never becomes the summary.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from contextfold import Message, SummarizerError, SummaryRequest
+from contextfold import SummarizerError, SummaryRequest
+from contextfold._summary_prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "ChatModelSummarizer", "render_transcript"]
 
-SUMMARY_SYSTEM_PROMPT = (
-    "You compress the history of an AI agent's conversation so the agent can continue its "
-    "work from your summary alone. Keep every fact the agent needs: the user's goals and "
-    "constraints, decisions taken, identifiers (ids, file paths, URLs, numbers, names), "
-    "tool results that still matter, errors met, and what remains to be done. Do not "
-    "invent anything. Write the summary only, with no preamble."
-)
-"""The system prompt of every summary call."""
-
 SUMMARY_RUN_NAME = "contextfold_summary"
 """The run name and tag of summary calls, so traces and streams can tell them apart."""
-
-
-def render_transcript(messages: Sequence[Message]) -> str:
-    """The messages as plain text, one block per message, for a summary prompt."""
-    blocks = []
-    for m in messages:
-        head = m.role.upper() + (f" ({m.name})" if m.name else "")
-        if m.role == "tool":
-            head += f" result of {m.tool_call_id}" + (" [error]" if m.is_error else "")
-        lines = [f"{head}:"]
-        if m.reasoning:
-            lines.append(f"[reasoning] {m.reasoning}")
-        if m.text:
-            lines.append(m.text)
-        for image in m.images:
-            lines.append(f"[image {image.url[:80]}]")
-        for call in m.tool_calls:
-            lines.append(f"[calls {call.name}({call.arguments}) id={call.id}]")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
 
 
 class ChatModelSummarizer:
@@ -83,11 +54,7 @@ class ChatModelSummarizer:
 
     def prompt(self, request: SummaryRequest) -> list[BaseMessage]:
         """The messages sent to the model for ``request``."""
-        parts = [request.instructions.strip()]
-        if request.max_tokens:
-            parts.append(f"Keep the summary under {request.max_tokens} tokens.")
-        parts.append("The conversation:\n\n" + render_transcript(request.messages))
-        return [SystemMessage(self.system_prompt), HumanMessage("\n\n".join(parts))]
+        return [SystemMessage(self.system_prompt), HumanMessage(summary_prompt(request))]
 
     def _config(self) -> RunnableConfig:
         config: dict[str, Any] = dict(self.config or {})

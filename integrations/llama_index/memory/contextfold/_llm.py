@@ -18,7 +18,6 @@ the wrapped LLM's, so ``FunctionAgent`` accepts the wrapper.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +37,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 import contextfold as cf
+from contextfold._overflow import is_context_overflow, overflow_figures
 
 from ._convert import from_llama_index, message_to_llama_index
 from ._fixed import budget_of
@@ -45,44 +45,6 @@ from ._instrumentation import acompact_in_span, compact_in_span, forward_event
 from ._tools import tool_definitions
 
 __all__ = ["CompactingLLM", "is_context_overflow", "reported_usage"]
-
-_OVERFLOW_PHRASES = (
-    "context_length_exceeded", "maximum context length", "prompt is too long",
-    "exceeds the context window", "context window exceeded", "context length exceeded",
-    "input is too long", "too many input tokens",
-)
-_RESULTED = re.compile(r"resulted in (\d+) tokens|prompt is too long: (\d+) tokens")
-
-
-def is_context_overflow(error: BaseException) -> bool:
-    """True when ``error`` (or an error it wraps) says the input overflowed the context:
-    OpenAI's ``context_length_exceeded`` code, or a provider's wording of it."""
-    for exc in _chain(error):
-        if getattr(exc, "code", None) in ("context_length_exceeded", "context_window_exceeded"):
-            return True
-        text = str(exc).lower()
-        if any(phrase in text for phrase in _OVERFLOW_PHRASES):
-            return True
-    return False
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < 8:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _overflow_tokens(error: BaseException) -> int | None:
-    """The input size an overflow error reports ("resulted in 130000 tokens"), if any."""
-    for exc in _chain(error):
-        match = _RESULTED.search(str(exc))
-        if match:
-            return int(match.group(1) or match.group(2))
-    return None
-
 
 def reported_usage(response: ChatResponse) -> tuple[int | None, int | None]:
     """``(input_tokens, output_tokens)`` a response reports, from LlamaIndex's
@@ -328,7 +290,7 @@ class CompactingLLM(FunctionCallingLLM):
         """Re-raise anything but an overflow; calibrate from the size it reports."""
         if not is_context_overflow(error):
             raise error
-        reported = _overflow_tokens(error)
+        reported, _ = overflow_figures(error)
         if reported is not None:
             self._compactor.observe_usage(input_tokens=reported)
 

@@ -9,43 +9,15 @@ never becomes the summary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.llms import LLM
 
-from contextfold import Message, SummarizerError, SummaryRequest
+from contextfold import SummarizerError, SummaryRequest
+from contextfold._summary_prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "LLMSummarizer", "render_transcript"]
-
-SUMMARY_SYSTEM_PROMPT = (
-    "You compress the history of an AI agent's conversation so the agent can continue its "
-    "work from your summary alone. Keep every fact the agent needs: the user's goals and "
-    "constraints, decisions taken, identifiers (ids, file paths, URLs, numbers, names), "
-    "tool results that still matter, errors met, and what remains to be done. Do not "
-    "invent anything. Write the summary only, with no preamble."
-)
-"""The system prompt of every summary call."""
-
-
-def render_transcript(messages: Sequence[Message]) -> str:
-    """The messages as plain text, one block per message, for a summary prompt."""
-    blocks = []
-    for m in messages:
-        head = m.role.upper() + (f" ({m.name})" if m.name else "")
-        if m.role == "tool":
-            head += f" result of {m.tool_call_id}" + (" [error]" if m.is_error else "")
-        lines = [f"{head}:"]
-        if m.reasoning:
-            lines.append(f"[reasoning] {m.reasoning}")
-        if m.text:
-            lines.append(m.text)
-        lines.extend(f"[image {image.url[:80]}]" for image in m.images)
-        lines.extend(f"[calls {c.name}({c.arguments}) id={c.id}]" for c in m.tool_calls)
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
-
 
 class LLMSummarizer:
     """Summarizes with a LlamaIndex LLM (``chat`` sync, ``achat`` async).
@@ -83,15 +55,9 @@ class LLMSummarizer:
 
     def messages(self, request: SummaryRequest) -> list[ChatMessage]:
         """The chat messages of one summary call."""
-        size = f"\nKeep the summary under about {request.max_tokens} tokens." if (
-            request.max_tokens) else ""
-        prompt = (
-            f"{request.instructions}{size}\n\n"
-            f"<conversation>\n{render_transcript(request.messages)}\n</conversation>"
-        )
         return [
             ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt),
-            ChatMessage(role=MessageRole.USER, content=prompt),
+            ChatMessage(role=MessageRole.USER, content=summary_prompt(request)),
         ]
 
     def summarize(self, request: SummaryRequest) -> str:
