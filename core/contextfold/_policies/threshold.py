@@ -73,8 +73,6 @@ from .._policy import (
 )
 from .._references import handle_for, handle_text
 from .._shrink import HeadTail, truncate_head_tail
-from .._structure import SYSTEM_ROLES, split_groups
-from ._fit import shrink_message, squeeze
 from .passes import strip_images
 from .threshold_fit import (
     SUMMARY_HEADER,
@@ -84,7 +82,16 @@ from .threshold_fit import (
     insert_summary,
     summary_message,
 )
-from .threshold_plan import Level, Plan, plan_details, plan_targets, protected_at
+from .threshold_plan import (
+    Level,
+    Plan,
+    cut_to_fit,
+    drop_groups,
+    plan_details,
+    plan_originals,
+    plan_targets,
+    protected_at,
+)
 
 __all__ = [
     "COMPACTION_NOTICE",
@@ -196,7 +203,7 @@ class ThresholdPolicy:
         if not plan.chosen and not plan.dropped:
             return self._without_summary(messages, plan, context)
         request = SummaryRequest(
-            messages=self._originals(plan),
+            messages=plan_originals(plan),
             instructions=self.instructions,
             max_tokens=self._request_tokens(plan, context),
             purpose="threshold",
@@ -250,7 +257,7 @@ class ThresholdPolicy:
         saved = self._select(plan, context, projected - context.budget.target_tokens)
         excess = projected - saved - context.budget.target_tokens
         if excess > 0:
-            self._drop(plan, context, excess)
+            drop_groups(plan, context, excess)
         return plan
 
     def _eligible(self, m: Message) -> bool:
@@ -283,56 +290,17 @@ class ThresholdPolicy:
                     saved += gain
         return saved
 
-    def _drop(self, plan: Plan, context: CompactionContext, need: int) -> None:
-        """Drop whole groups not anchored, oldest first (groups holding an error or pinned
-        message after all others), until ``need`` tokens are saved."""
-        count = context.counter.count_message
-        saved = 0
-        groups = [g for g in split_groups(plan.work)
-                  if not any(i in plan.anchored for i in range(g.start, g.end))]
-        groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
-        for group in groups:
-            if saved >= need:
-                break
-            indices = range(group.start, group.end)
-            saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
-            plan.dropped.update(indices)
-        if plan.dropped:
-            span = handle_for(plan.work[i] for i in sorted(plan.dropped))
-            plan.note = dropped_note(span, len(plan.dropped), context)
-
     def _to_the_bone(self, plan: Plan, context: CompactionContext) -> Plan:
         """Every group that may go dropped; then the first user message and the newest group
-        cut head+tail to the largest common size that fits with the summary's room (or the
-        notice). Raises when even their labels do not fit."""
-        self._drop(plan, context, 10**18)
+        cut head+tail to fit (:func:`.threshold_plan.cut_to_fit`). Raises when even their
+        labels and the short notice do not fit."""
+        drop_groups(plan, context, 10**18)
         plan.level = "cut_to_fit"
-        kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
-        out = [plan.chosen.get(i, plan.work[i]) for i in kept]
-        spots = [k for k, i in enumerate(kept) if plan.work[i].role not in SYSTEM_ROLES]
-        originals = [plan.work[kept[k]] for k in spots]
-        limit = context.budget.input_budget
-        target = context.budget.target_tokens - plan.offset
-        notices = self._notices(plan, context)
-        notice = notices[-1]
-        steps = [(plan.reserve, min(target, limit), notice),
-                 (self._notice_tokens(context), limit, notice),
-                 *((0, limit, n) for n in notices)]
-        for room, ceiling, last in steps:
-            def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling,
-                     last: Message = last) -> bool:
-                if room:
-                    return context.measure(candidate) + room <= top
-                return context.measure(insert_summary(list(candidate), last)) <= top
-            if squeeze(out, spots, originals, fits, self.head_tail, context):
-                for k in spots:
-                    if out[k] is not plan.work[kept[k]]:
-                        plan.chosen[kept[k]] = out[k]
-                return plan
-        floor = list(out)
-        for k, original in zip(spots, originals, strict=True):
-            floor[k] = shrink_message(original, self.head_tail, max_chars=0)
-        raise self._too_big(insert_summary(floor, notice), context)
+        floor = cut_to_fit(plan, context, self.head_tail, self._notices(plan, context),
+                           self._notice_tokens(context))
+        if floor is not None:
+            raise self._too_big(floor, context)
+        return plan
 
     def _notices(self, plan: Plan, context: CompactionContext) -> list[Message]:
         """Seed 004's notice naming the dropped messages' handle, then with the handle alone,
@@ -379,15 +347,6 @@ class ThresholdPolicy:
     def _summary_tokens(self, context: CompactionContext) -> int:
         share = int(context.budget.target_tokens * self.summary_max_share)
         return max(1, min(self.summary_max_tokens, share))
-
-    def _originals(self, plan: Plan) -> tuple[Message, ...]:
-        """The full text of every target and dropped message, in order, after the first user
-        message (kept verbatim in the context, sent along so the summary can state the TASK)."""
-        picked = sorted(set(plan.chosen) | plan.dropped)
-        first_user = next((i for i, m in enumerate(plan.work) if m.role == "user"), None)
-        if first_user is not None and first_user not in plan.chosen:
-            picked = [first_user, *(i for i in picked if i != first_user)]
-        return tuple(plan.work[i] for i in picked)
 
     # -- finishing -------------------------------------------------------------------
 

@@ -9,9 +9,21 @@ from dataclasses import dataclass, field
 from .._messages import Message
 from .._policy import CompactionContext, Target
 from .._references import handle_for
+from .._shrink import HeadTail
 from .._structure import SYSTEM_ROLES, split_groups
+from ._fit import shrink_message, squeeze
+from .threshold_fit import dropped_note, insert_summary
 
-__all__ = ["Level", "Plan", "plan_details", "plan_targets", "protected_at"]
+__all__ = [
+    "Level",
+    "Plan",
+    "cut_to_fit",
+    "drop_groups",
+    "plan_details",
+    "plan_originals",
+    "plan_targets",
+    "protected_at",
+]
 
 
 @dataclass(frozen=True)
@@ -118,3 +130,67 @@ def plan_details(
         "summary_kind": summary,
         "summary_origin": origin,
     }
+
+
+def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
+    """Drop whole groups not anchored, oldest first (groups holding an error or pinned
+    message after all others), until ``need`` tokens are saved."""
+    count = context.counter.count_message
+    saved = 0
+    groups = [g for g in split_groups(plan.work)
+              if not any(i in plan.anchored for i in range(g.start, g.end))]
+    groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
+    for group in groups:
+        if saved >= need:
+            break
+        indices = range(group.start, group.end)
+        saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
+        plan.dropped.update(indices)
+    if plan.dropped:
+        span = handle_for(plan.work[i] for i in sorted(plan.dropped))
+        plan.note = dropped_note(span, len(plan.dropped), context)
+
+
+def cut_to_fit(
+    plan: Plan, context: CompactionContext, shape: HeadTail, notices: Sequence[Message],
+    notice_room: int,
+) -> list[Message] | None:
+    """Cut the kept messages but the system ones (the first user message and the newest
+    group, once everything else is dropped) head+tail to the largest common size that fits
+    with the summary's reserve under the target, else with ``notice_room`` under the budget,
+    else with each of ``notices`` (the short one last). Records the cuts in ``plan.chosen``
+    and returns ``None``; when not even their labels fit, returns that floor."""
+    kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
+    out = [plan.chosen.get(i, plan.work[i]) for i in kept]
+    spots = [k for k, i in enumerate(kept) if plan.work[i].role not in SYSTEM_ROLES]
+    originals = [plan.work[kept[k]] for k in spots]
+    limit = context.budget.input_budget
+    target = context.budget.target_tokens - plan.offset
+    notice = notices[-1]
+    steps = [(plan.reserve, min(target, limit), notice), (notice_room, limit, notice),
+             *((0, limit, n) for n in notices)]
+    for room, ceiling, last in steps:
+        def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling,
+                 last: Message = last) -> bool:
+            if room:
+                return context.measure(candidate) + room <= top
+            return context.measure(insert_summary(list(candidate), last)) <= top
+        if squeeze(out, spots, originals, fits, shape, context):
+            for k in spots:
+                if out[k] is not plan.work[kept[k]]:
+                    plan.chosen[kept[k]] = out[k]
+            return None
+    floor = list(out)
+    for k, original in zip(spots, originals, strict=True):
+        floor[k] = shrink_message(original, shape, max_chars=0)
+    return insert_summary(floor, notice)
+
+
+def plan_originals(plan: Plan) -> tuple[Message, ...]:
+    """The full text of every target and dropped message, in order, after the first user
+    message (kept verbatim in the context, sent along so the summary can state the TASK)."""
+    picked = sorted(set(plan.chosen) | plan.dropped)
+    first_user = next((i for i, m in enumerate(plan.work) if m.role == "user"), None)
+    if first_user is not None and first_user not in plan.chosen:
+        picked = [first_user, *(i for i in picked if i != first_user)]
+    return tuple(plan.work[i] for i in picked)
