@@ -46,7 +46,7 @@ from typing import Any
 from .._errors import BudgetExceededError, ConfigurationError
 from .._learning import apply_learning, learned_in
 from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
+from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
 from .._references import handle_for, handle_text
 from .._shrink import HeadTail
 from .._structure import leading_system_count, split_groups
@@ -429,9 +429,27 @@ class TieredPolicy:
     def _unchanged(
         self, messages: Sequence[Message], plan: TierPlan, context: CompactionContext
     ) -> PolicyOutcome:
+        """Nothing to summarize: the input, or, when it does not fit (one group too big),
+        its newest group cut head+tail."""
+        if context.measure(messages) <= context.budget.input_budget:
+            return PolicyOutcome(
+                messages=messages, notes=("tiered: everything is recent or residual",),
+                details=tier_details(messages, messages, plan, context),
+            )
+        out = list(messages)
+        if not self._cut_newest(out, plan, context):
+            raise self._too_big(plan, messages, context)
+        count = context.counter.count_message
+        targets = tuple(
+            Target(index=i, role=old.role, method="truncated", original_tokens=count(old),
+                   new_tokens=count(new), tool_name=old.name if old.role == "tool" else None,
+                   handle=handle_for(old))
+            for i, (old, new) in enumerate(zip(messages, out, strict=True)) if new is not old
+        )
         return PolicyOutcome(
-            messages=messages, notes=("tiered: everything is recent or residual",),
-            details=tier_details(messages, messages, plan, context),
+            messages=out, method=self.name, targets=targets,
+            notes=("tiered: the newest group alone does not fit; cut head+tail",),
+            details=tier_details(messages, out, plan, context),
         )
 
     def _too_big(
