@@ -46,11 +46,11 @@ from typing import Any
 from .._errors import BudgetExceededError, ConfigurationError
 from .._learning import apply_learning, learned_in
 from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
+from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .._references import handle_for, handle_text
 from .._shrink import HeadTail
 from .._structure import leading_system_count, split_groups
-from ._fit import fits_budget, shrink_message, squeeze
+from ._fit import shrink_message
 from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
 from .importance import (
     DEFAULT_WEIGHTS,
@@ -61,7 +61,15 @@ from .importance import (
     score_messages,
 )
 from .tiered_config import TIER_INSTRUCTIONS, env_kwargs
-from .tiered_plan import TierPlan, check_int, header_message, tier_details, tier_targets
+from .tiered_plan import (
+    TierPlan,
+    check_int,
+    cut_newest,
+    cut_targets,
+    header_message,
+    tier_details,
+    tier_targets,
+)
 
 __all__ = ["TIER_INSTRUCTIONS", "TieredPolicy"]
 
@@ -408,23 +416,13 @@ class TieredPolicy:
             elif tier not in placed:
                 placed.add(tier)
                 out.append(summaries[tier])
-        if context.measure(out) > context.budget.input_budget and not self._cut_newest(
+        if context.measure(out) > context.budget.input_budget and not cut_newest(
                 out, plan, context):
             raise self._too_big(plan, messages, context)
         return PolicyOutcome(
             messages=out, method=self.name, targets=tier_targets(plan, context),
             details=tier_details(messages, out, plan, context),
         )
-
-    def _cut_newest(self, out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
-        """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
-        the largest common size that fits; False when not even their labels fit."""
-        newest = plan.groups[-1].messages if plan.groups else ()
-        if not newest or out[-len(newest):] != list(newest):
-            return False
-        spots = list(range(len(out) - len(newest), len(out)))
-        plan.cut_newest = True
-        return squeeze(out, spots, newest, fits_budget(context), HeadTail())
 
     def _unchanged(
         self, messages: Sequence[Message], plan: TierPlan, context: CompactionContext
@@ -437,17 +435,10 @@ class TieredPolicy:
                 details=tier_details(messages, messages, plan, context),
             )
         out = list(messages)
-        if not self._cut_newest(out, plan, context):
+        if not cut_newest(out, plan, context):
             raise self._too_big(plan, messages, context)
-        count = context.counter.count_message
-        targets = tuple(
-            Target(index=i, role=old.role, method="truncated", original_tokens=count(old),
-                   new_tokens=count(new), tool_name=old.name if old.role == "tool" else None,
-                   handle=handle_for(old))
-            for i, (old, new) in enumerate(zip(messages, out, strict=True)) if new is not old
-        )
         return PolicyOutcome(
-            messages=out, method=self.name, targets=targets,
+            messages=out, method=self.name, targets=cut_targets(messages, out, context),
             notes=("tiered: the newest group alone does not fit; cut head+tail",),
             details=tier_details(messages, out, plan, context),
         )

@@ -11,11 +11,21 @@ from .._errors import ConfigurationError
 from .._messages import Message
 from .._policy import CompactionContext, Target
 from .._references import handle_for
+from .._shrink import HeadTail
 from .._structure import Group
+from ._fit import fits_budget, squeeze
 from .budget_allocation import BudgetAllocation
 from .importance import ImportanceScore
 
-__all__ = ["TierPlan", "check_int", "header_message", "tier_details", "tier_targets"]
+__all__ = [
+    "TierPlan",
+    "check_int",
+    "cut_newest",
+    "cut_targets",
+    "header_message",
+    "tier_details",
+    "tier_targets",
+]
 
 
 @dataclass
@@ -95,3 +105,27 @@ def check_int(name: str, value: object, low: int) -> None:
     """Raise ``ConfigurationError`` unless ``value`` is an int >= ``low``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
+    """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
+    the largest common size that fits; False when not even their labels fit."""
+    newest = plan.groups[-1].messages if plan.groups else ()
+    if not newest or out[-len(newest):] != list(newest):
+        return False
+    spots = list(range(len(out) - len(newest), len(out)))
+    plan.cut_newest = True
+    return squeeze(out, spots, newest, fits_budget(context), HeadTail())
+
+
+def cut_targets(
+    before: Sequence[Message], after: Sequence[Message], context: CompactionContext
+) -> tuple[Target, ...]:
+    """A ``"truncated"`` target for each message ``after`` replaced (same positions)."""
+    count = context.counter.count_message
+    return tuple(
+        Target(index=i, role=old.role, method="truncated", original_tokens=count(old),
+               new_tokens=count(new), tool_name=old.name if old.role == "tool" else None,
+               handle=handle_for(old))
+        for i, (old, new) in enumerate(zip(before, after, strict=True)) if new is not old
+    )
