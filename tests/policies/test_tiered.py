@@ -15,7 +15,8 @@ from contextfold._policies._fit import shrink_message
 from contextfold._policies.budget_allocation import allocate_budget
 from contextfold._policies.importance import keyword_truncate
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
-from contextfold._references import handle_text
+from contextfold._references import handle_for, handle_text
+from contextfold._structure import leading_system_count
 from contextfold.testing import assert_valid_within, histories
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -322,15 +323,14 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
         # one tier header do not fit.
         sent, _ = cf.repair(history)  # what the policy saw
         lead = [m for m in sent if m.role == "system"]
-        newest = [shrink_message(m, cf.HeadTail(), max_chars=0)
-                  for m in cf.split_groups(sent)[-1].messages]
+        groups = cf.split_groups(sent, leading_system_count(sent))
+        newest = [shrink_message(m, cf.HeadTail(), max_chars=0) for m in groups[-1].messages]
+        older = [m for g in groups[:-1] for m in g.messages]
         context = cf.CompactionContext(budget=budget, counter=counter)
-        header = cf.Message(role="user", source="summary", content=(
-            "[Compacted history — tier 1: 1 earlier messages summarized; full text: "
-            f"{handle_text('ctx_' + '0' * 12, context)}]"))
-        # (+3: the real header names a hashed handle and a message count, which take up
-        # to three tokens more than the zeros and the "1" here)
-        assert counter.count_messages([*lead, *newest, header]) + 3 > budget.input_budget
+        header = [cf.Message(role="user", source="summary", content=(
+            f"[Compacted history — tier 1: {len(older)} earlier messages summarized; full "
+            f"text: {handle_text(handle_for(older), context)}]"))] if older else []
+        assert counter.count_messages([*lead, *newest, *header]) > budget.input_budget
         event("budget exceeded")
         return
     assert_valid_within(result.messages, budget, counter)
