@@ -73,7 +73,7 @@ class ExtractiveSummarizer:
 
     The default summarizer when none is given, and the fallback when an LLM summarizer
     fails. ``request.max_tokens`` is respected roughly: PROGRESS is trimmed first, then
-    DECISIONS, ERRORS and the task; DATA only when nothing else is left.
+    DECISIONS, ERRORS, the task and REMAINING; DATA only when nothing else is left.
 
     Args:
         counter: measures ``max_tokens``; default an estimate of 3 characters per token.
@@ -228,7 +228,7 @@ class ExtractiveSummarizer:
         return math.ceil(len(text) / 3)
 
     def _fit(self, s: _Sections, max_tokens: int, text: str, size: int) -> str:
-        """Trim PROGRESS, then DECISIONS, ERRORS and the task, then DATA, to fit."""
+        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then DATA, to fit."""
         steps = data = 0
         margin = 0.97
         for _ in range(4):  # the first pass nearly always fits: sizes scale with characters
@@ -255,6 +255,13 @@ def _trim(s: _Sections, excess: int) -> tuple[int, int]:
     if excess > 0 and s.task and len(s.task) > 200:
         excess -= len(s.task) - 200
         s.task = _short(s.task, 200)
+    for i, item in enumerate(s.remaining):  # identifiers outlive the to-do list's wording
+        if excess <= 0:
+            break
+        if len(item) > 200:
+            excess -= len(item) - 200
+            s.remaining[i] = _short(item, 200)
+    _, excess = _drop(s.remaining, excess, keep_first=1)
     more_steps, excess = _drop(s.progress, excess)
     omitted_data = 0
     while excess > 0 and s.data:

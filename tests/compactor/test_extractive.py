@@ -108,6 +108,29 @@ def test_max_tokens_trims_progress_before_data(counter: cf.TokenCounter) -> None
     assert _section(short, "DATA")[:5] == _section(full, "DATA")[:5]
 
 
+def test_max_tokens_shortens_remaining_before_dropping_data(counter: cf.TokenCounter) -> None:
+    refs = [f"ORD-{4000 + i}" for i in range(30)]
+    found = cf.ToolCall(id="s", name="search_orders", arguments="{}")
+    pending = tuple(
+        cf.ToolCall(id=f"p{i}", name=f"notify_customer_{i}",
+                    arguments=json.dumps({"text": "your parcel is on its way " * 4}))
+        for i in range(25)
+    )
+    history = [cf.Message(role="user", content="Find my orders and notify every customer."),
+               cf.Message(role="assistant", tool_calls=(found,)),
+               cf.Message(role="tool", tool_call_id="s", content=" ".join(refs)),
+               cf.Message(role="assistant", tool_calls=pending)]
+    full = _summary(history)
+    assert len(_section(full, "REMAINING")) > 25  # the request and one line per pending call
+    request = cf.SummaryRequest(messages=tuple(history), instructions="",
+                                max_tokens=counter.count_text(full) * 2 // 3)
+    short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert counter.count_text(short) <= request.max_tokens
+    data = _section(short, "DATA")
+    assert all(f"- {r}" in data for r in refs), "DATA lost identifiers, REMAINING stayed whole"
+    assert len(_section(short, "REMAINING")) < 25
+
+
 def test_deterministic_and_an_earlier_summary_is_merged() -> None:
     messages = _briefing()
     first = _summary(messages[:6])
