@@ -190,7 +190,8 @@ def compact(
     outcome = drive_sync(policy.run(view, context), service.answer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started, details=_details(service, view, outcome),
+        notes=tuple(service.notes), started=started,
+        details=_details(service, _keep_originals(view, outcome)),
     )
 
 
@@ -216,14 +217,17 @@ async def acompact(
     outcome = await drive_async(policy.run(view, context), service.aanswer)
     return finish(
         messages, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-        notes=tuple(service.notes), started=started, details=_details(service, view, outcome),
+        notes=tuple(service.notes), started=started,
+        details=_details(service, _keep_originals(view, outcome)),
     )
 
 
-def _details(
-    service: SummaryService, view: Sequence[Message], outcome: PolicyOutcome
-) -> dict[str, Any]:
-    """The driver's details; keeps the originals behind the outcome's handles first
+def _keep_originals(view: Sequence[Message], outcome: PolicyOutcome) -> dict[str, Any]:
+    """Keep the originals behind the outcome's handles so ``read_original`` can return them
     (in the module-level reference cache: plain calls have no store)."""
-    kept = persist_originals(view, outcome.targets, cache=default_references())
+    return persist_originals(view, outcome.targets, cache=default_references())
+
+
+def _details(service: SummaryService, kept: Mapping[str, Any]) -> dict[str, Any]:
+    """The driver's figures for the report: the summary service's, and the originals kept."""
     return {"summary": service.details(), **({"references": kept} if kept else {})}
