@@ -97,8 +97,10 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
                         "compaction", "llm calls"], out)
     last = run.steps[-1]
     saved = 1 - last.sent_tokens / last.history_tokens if last.history_tokens else 0.0
+    # Repairs of an invalid input (an answer for a dangling call) can add a few tokens.
+    effect = f"{saved:.0%} saved" if saved >= 0 else "repairs added tokens"
     out.write(f"\n{run.compactions} compaction(s); at the last step the model sees "
-              f"{last.sent_tokens:,} of {last.history_tokens:,} tokens ({saved:.0%} saved)\n")
+              f"{last.sent_tokens:,} of {last.history_tokens:,} tokens ({effect})\n")
     if args.step is not None:
         step = max(1, min(args.step, len(run.steps)))
         out.write(f"\nwhat the model sees at step {step}:\n")
