@@ -289,14 +289,9 @@ class Engine:
             except Exception as exc:
                 if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
                     raise
-                if overflow is None:  # later ones would clear the no-progress guard
-                    conv.observe_overflow(exc)
-                overflow = exc
+                overflow = _overflowed(conv, exc, overflow)
                 continue
-            reply = reply_of(out)
-            if reply is not None:
-                conv.observe(reply)
-            return out
+            return _delivered(conv, out, reply_of)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def acall(
@@ -315,15 +310,28 @@ class Engine:
             except Exception as exc:
                 if attempt == MAX_OVERFLOW_RETRIES or not is_context_overflow(exc):
                     raise
-                if overflow is None:  # later ones would clear the no-progress guard
-                    conv.observe_overflow(exc)
-                overflow = exc
+                overflow = _overflowed(conv, exc, overflow)
                 continue
-            reply = reply_of(out)
-            if reply is not None:
-                conv.observe(reply)
-            return out
+            return _delivered(conv, out, reply_of)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _overflowed(
+    conv: Conversation, error: BaseException, previous: BaseException | None
+) -> BaseException:
+    """Record a context overflow before the forced retry; the first one calibrates (later
+    ones would clear the no-progress guard)."""
+    if previous is None:
+        conv.observe_overflow(error)
+    return error
+
+
+def _delivered(conv: Conversation, out: T, reply_of: Callable[[T], BaseMessage | None]) -> T:
+    """A successful call: calibrate and count the reply, return the output."""
+    reply = reply_of(out)
+    if reply is not None:
+        conv.observe(reply)
+    return out
 
 
 def _stuck(error: CompactionError, overflow: BaseException | None) -> BaseException:
