@@ -6,7 +6,7 @@ through ``load_transcripts``, which drops ``function_call: null``) is replayed o
 call at a time through a ``Compactor`` with ``ThresholdPolicy``, at an allowance of the
 system prompt plus a fraction of the rest (as ``contextfold eval`` does).
 
-Probes are ``contextfold._eval.probes_of``'s identifiers and tau-bench's gold values. For the
+Probes are ``contextfold.cli.eval.probes_of``'s identifiers and tau-bench's gold values. For the
 final context of each run:
 
 * **present**: the probe is in the context's text (``context_text``), what every
@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
-from contextfold._eval import context_text, probes_of
-from contextfold._references import HANDLE_RE
-from contextfold._replay import step_boundaries
-from contextfold._structure import SYSTEM_ROLES
-from contextfold._transcripts import Transcript, load_transcripts
+from contextfold._lossless.references import HANDLE_RE
+from contextfold._messages.structure import SYSTEM_ROLES
+from contextfold.cli.eval import context_text, probes_of
+from contextfold.cli.replay import step_boundaries
+from contextfold.cli.transcripts import Transcript, load_transcripts
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"

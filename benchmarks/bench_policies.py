@@ -83,7 +83,7 @@ def time_pass(
     ``"compact"`` is the whole ``compact()`` call with the extractive summarizer (summary
     service, verification included). Message counts are warm in both.
     """
-    from contextfold._compact import drive_sync
+    from contextfold._engine.compact import drive_sync
     from run import best_of
 
     policy = cf.ThresholdPolicy()

@@ -9,18 +9,52 @@ live in ``langchain_contextfold`` and ``llama_index.memory.contextfold``.
     []
 """
 
-from ._anthropic import from_anthropic, to_anthropic
-from ._budget import MODEL_LIMITS, Budget, ModelLimits
-from ._compact import acompact, compact
-from ._compactor import Compactor
-from ._counting import (
+from ._counting.budget import MODEL_LIMITS, Budget, ModelLimits
+from ._counting.counters import (
     EstimatingCounter,
     TiktokenCounter,
     TokenCounter,
     counter_for_model,
     encoding_for_model,
 )
-from ._errors import (
+from ._counting.usage import UsageBreakdown
+from ._engine.compact import acompact, compact
+from ._engine.compactor import Compactor
+from ._engine.events import CompactionApplied, CompactionStarted, ConversationIdle
+from ._engine.result import CompactionReport, CompactionResult
+from ._lossless.clearing import ClearToolResultsPass
+from ._lossless.dedupe import DedupeSupersededPass
+from ._lossless.learning import LearnedImportance, learning_of, record_searches
+from ._lossless.references import (
+    READ_ORIGINAL_GUIDANCE,
+    ReferenceCache,
+    default_references,
+    handle_for,
+    read_original,
+    read_original_tool,
+)
+from ._messages.anthropic import from_anthropic, to_anthropic
+from ._messages.model import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
+from ._messages.openai import from_openai, to_openai
+from ._messages.structure import Group, Turn, split_groups, split_turns, tool_loops
+from ._messages.validation import Problem, repair, validate
+from ._policies.head_tail import HeadTail
+from ._policies.importance import ImportanceScore, score_importance
+from ._policies.loop_slice import LoopSlicePolicy
+from ._policies.passes import StripImagesPass
+from ._policies.pipeline import Pipeline
+from ._policies.prompt_source import NudgeConfig
+from ._policies.summary import SummaryPolicy
+from ._policies.threshold import ThresholdPolicy
+from ._policies.tiered import TieredPolicy
+from ._policies.truncation import TruncationPolicy
+from ._policies.turn_aware import TurnAwarePolicy
+from ._summaries.cache import LRUSummaryCache, SummaryCache
+from ._summaries.extractive import ExtractiveSummarizer
+from ._summaries.identifiers import extract_identifiers
+from ._summaries.service import RetryPolicy
+from ._summaries.summarizer import AsyncSummarizer, ScriptedSummarizer, Summarizer
+from .errors import (
     BudgetExceededError,
     CompactionError,
     ConfigurationError,
@@ -34,25 +68,7 @@ from ._errors import (
     SummarizerError,
     TranscriptError,
 )
-from ._events import CompactionApplied, CompactionStarted, ConversationIdle
-from ._extractive import ExtractiveSummarizer
-from ._identifiers import extract_identifiers
-from ._learning import LearnedImportance, learning_of, record_searches
-from ._messages import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
-from ._openai import from_openai, to_openai
-from ._policies.clearing import ClearToolResultsPass
-from ._policies.dedupe import DedupeSupersededPass
-from ._policies.importance import ImportanceScore, score_importance
-from ._policies.loop_slice import LoopSlicePolicy
-from ._policies.passes import StripImagesPass
-from ._policies.pipeline import Pipeline
-from ._policies.prompt_source import NudgeConfig
-from ._policies.summary import SummaryPolicy
-from ._policies.threshold import ThresholdPolicy
-from ._policies.tiered import TieredPolicy
-from ._policies.truncation import TruncationPolicy
-from ._policies.turn_aware import TurnAwarePolicy
-from ._policy import (
+from .policy import (
     CompactionContext,
     ConversationState,
     Policy,
@@ -62,19 +78,9 @@ from ._policy import (
     SummaryRequest,
     Target,
 )
-from ._prompts import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
-from ._references import (
-    READ_ORIGINAL_GUIDANCE,
-    ReferenceCache,
-    default_references,
-    handle_for,
-    read_original,
-    read_original_tool,
-)
-from ._result import CompactionReport, CompactionResult
-from ._segments import AssembledPrompt, PromptSegment, PromptSegmentRegistry
-from ._shrink import HeadTail
-from ._store import (
+from .prompts._loader import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
+from .prompts._segments import AssembledPrompt, PromptSegment, PromptSegmentRegistry
+from .stores import (
     SEARCH_GUIDANCE,
     BaseStore,
     BroadcastStore,
@@ -89,12 +95,6 @@ from ._store import (
     SummaryStore,
     search_tools,
 )
-from ._structure import Group, Turn, split_groups, split_turns, tool_loops
-from ._summarizer import AsyncSummarizer, ScriptedSummarizer, Summarizer
-from ._summary_cache import LRUSummaryCache, SummaryCache
-from ._summary_service import RetryPolicy
-from ._usage import UsageBreakdown
-from ._validate import Problem, repair, validate
 
 # -- converters (issue: foundation) -------------------------------------------------
 # -- policies ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from ._errors import MissingExtraError
+from .errors import MissingExtraError
 
 __all__ = ["require"]
 

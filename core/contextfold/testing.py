@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ._budget import Budget
-from ._counting import TokenCounter
-from ._errors import MissingExtraError
-from ._messages import ContentPart, ImagePart, Message, TextPart, ToolCall
-from ._validate import validate
+from ._counting.budget import Budget
+from ._counting.counters import TokenCounter
+from ._messages.model import ContentPart, ImagePart, Message, TextPart, ToolCall
+from ._messages.validation import validate
+from .errors import MissingExtraError
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy

@@ -1,6 +1,6 @@
 """Recognising a context-overflow error in LangChain (seed 004's third layer of defence).
 
-The rules live in the core (:mod:`contextfold._overflow`: OpenAI's
+The rules live in the core (:mod:`contextfold._engine.overflow`: OpenAI's
 ``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers'
 wording, searched along the exception chain); this module adds langchain-core's
 ``ContextOverflowError``, which current partner packages raise (for example
@@ -9,8 +9,8 @@ langchain-openai's ``OpenAIContextOverflowError``).
 
 from __future__ import annotations
 
-from contextfold._overflow import OVERFLOW_PHRASES, overflow_figures
-from contextfold._overflow import is_context_overflow as _is_overflow
+from contextfold._engine.overflow import OVERFLOW_PHRASES, overflow_figures
+from contextfold._engine.overflow import is_context_overflow as _is_overflow
 
 __all__ = ["OVERFLOW_PHRASES", "is_context_overflow", "overflow_figures"]
 

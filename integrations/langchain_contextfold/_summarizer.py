@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
 from contextfold import SummarizerError, SummaryRequest
-from contextfold._summary_prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "ChatModelSummarizer", "render_transcript"]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import contextfold as cf
-from contextfold._eval import Contender, evaluate, probes_of
-from contextfold._transcripts import Transcript, load_transcripts
 from contextfold.cli import main
+from contextfold.cli.eval import Contender, evaluate, probes_of
+from contextfold.cli.transcripts import Transcript, load_transcripts
 
 
 def _chat(turns: int) -> list[dict[str, object]]:

@@ -6,8 +6,8 @@ import io
 import json
 from pathlib import Path
 
-from contextfold._demo import DEMO_BUDGET, run_demo
 from contextfold.cli import main
+from contextfold.cli.demo import DEMO_BUDGET, run_demo
 
 
 def test_demo_reads_every_email_within_budget(tmp_path: Path) -> None:

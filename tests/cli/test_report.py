@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import contextfold as cf
-from contextfold._policy import Target
-from contextfold._replay import Replay, StepRecord
-from contextfold._report import render_html, write_html
+from contextfold.cli.replay import Replay, StepRecord
+from contextfold.cli.report import render_html, write_html
+from contextfold.policy import Target
 
 
 def _replay() -> Replay:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import contextfold as cf
-from contextfold._transcripts import load_transcripts
+from contextfold.cli.transcripts import load_transcripts
 
 CHAT = [
     {"role": "system", "content": "You are an airline agent."},

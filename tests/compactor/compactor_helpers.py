@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import contextfold as cf
-from contextfold._policy import PolicyRun
-from contextfold._shrink import truncate_head_tail
-from contextfold._structure import leading_system_count
+from contextfold._messages.structure import leading_system_count
+from contextfold._policies.head_tail import truncate_head_tail
+from contextfold.policy import PolicyRun
 
 NOTICE = "[Compaction Notice: a conversation summary could not be generated.]"
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._identifiers import message_identifiers
+from contextfold._summaries.identifiers import message_identifiers
 from contextfold.testing import generate_history, histories
 
 

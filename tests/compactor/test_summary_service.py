@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import contextfold as cf
-from contextfold._summary_service import SummaryService
-from contextfold._summary_split import append_to_data, split_request
+from contextfold._summaries.service import SummaryService
+from contextfold._summaries.split import append_to_data, split_request
 
 SUMMARY = "TASK: book a flight\nPROGRESS:\n1. searched\nDATA:\n- HAT001\nDECISIONS:\n- none"
 
@@ -173,7 +173,7 @@ def test_lru_evicts_the_least_recently_used() -> None:
 
 
 def test_a_store_persists_the_cache_and_a_broken_store_is_a_miss() -> None:
-    from contextfold._summary_cache import cache_for
+    from contextfold._summaries.cache import cache_for
 
     store = cf.MemoryStore()
     cache = cache_for(cf.LRUSummaryCache(), store)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 import contextfold as cf
-from contextfold import _encodings
-from contextfold._policy import CompactionContext, PolicyRun
+from contextfold._counting import encodings as _encodings
+from contextfold.policy import CompactionContext, PolicyRun
 
 WEATHER_TOOL = {
     "type": "function",

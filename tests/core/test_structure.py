@@ -7,7 +7,7 @@ from itertools import pairwise
 from hypothesis import given
 
 import contextfold as cf
-from contextfold._structure import is_prompt, leading_system_count
+from contextfold._messages.structure import is_prompt, leading_system_count
 from contextfold.testing import histories
 
 SYS = cf.Message(role="system", content="rules")

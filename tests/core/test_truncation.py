@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policy import CompactionContext
+from contextfold.policy import CompactionContext
 from contextfold.testing import assert_valid_within, histories
 
 STRATEGIES = ("oldest_first", "middle_out")

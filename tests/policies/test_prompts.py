@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import contextfold as cf
-from contextfold._prompts import environment_facts
+from contextfold.prompts._loader import environment_facts
 
 NOW = datetime(2026, 1, 13, 14, 30, tzinfo=timezone.utc)
 UTC = timezone.utc

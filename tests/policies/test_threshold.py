@@ -9,14 +9,14 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policies._fit import shrink_message
+from contextfold._policies.fitting import shrink_message
+from contextfold._policies.head_tail import truncation_label
 from contextfold._policies.threshold import (
     COMPACTION_NOTICE,
     CONTINUATION_NUDGE,
     SHORT_NOTICE,
     SUMMARY_HEADER,
 )
-from contextfold._shrink import truncation_label
 from contextfold.testing import assert_valid_within, histories
 
 MARKER = "[Screenshot analyzed — image omitted from context]"

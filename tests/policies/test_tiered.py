@@ -11,12 +11,12 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policies._fit import shrink_message
+from contextfold._lossless.references import handle_for, handle_text
+from contextfold._messages.structure import leading_system_count
 from contextfold._policies.budget_allocation import allocate_budget
+from contextfold._policies.fitting import shrink_message
 from contextfold._policies.importance import keyword_truncate
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
-from contextfold._references import handle_for, handle_text
-from contextfold._structure import leading_system_count
 from contextfold.testing import assert_valid_within, histories
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -10,8 +10,9 @@ import pytest
 from store_helpers import SQL_BACKENDS, PostgresSchema, raw_sql
 
 import contextfold as cf
-from contextfold._store import _migrations, sqlite
-from contextfold._store.postgres import postgres_search_sql
+from contextfold.stores import _migrations
+from contextfold.stores import _sqlite as sqlite
+from contextfold.stores._postgres import postgres_search_sql
 
 sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -58,7 +59,7 @@ def test_a_failing_migration_leaves_nothing_behind(
         sqlite=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
         postgres=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
     )
-    module = "contextfold._store.sqlite" if backend == "sqlite" else "contextfold._store.postgres"
+    module = "contextfold.stores._sqlite" if backend == "sqlite" else "contextfold.stores._postgres"
     monkeypatch.setattr(f"{module}.MIGRATIONS", (*_migrations.MIGRATIONS, broken))
     with pytest.raises(cf.StoreError):
         open_store()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .._errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["DEFAULT_TIER_SHARES", "BudgetAllocation", "allocate_budget"]
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .._errors import ConfigurationError
-from .._messages import Message
+from .._messages.model import Message
+from ..errors import ConfigurationError
 
 __all__ = [
     "ImportanceScore",

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from .._errors import BudgetExceededError, ConfigurationError
-from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, SimplePolicy
-from .._prompts import TemporalContext
-from .._shrink import HeadTail
-from .._structure import Group, leading_system_count
-from ._fit import fits_budget, same, shrink_largest_first, squeeze, targets
+from .._messages.model import Message
+from .._messages.structure import Group, leading_system_count
+from ..errors import BudgetExceededError, ConfigurationError
+from ..policy import CompactionContext, PolicyOutcome, SimplePolicy
+from ..prompts._loader import TemporalContext
+from .fitting import fits_budget, same, shrink_largest_first, squeeze, targets
+from .head_tail import HeadTail
 from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
 
 __all__ = ["LoopSlicePolicy", "fit_loop", "latest_loop"]

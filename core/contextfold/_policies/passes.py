@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .._errors import ConfigurationError
-from .._messages import ContentPart, ImagePart, Message, TextPart
-from .._policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .._messages.model import ContentPart, ImagePart, Message, TextPart
+from ..errors import ConfigurationError
+from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
 
 __all__ = ["IMAGE_MARKER", "StripImagesPass", "strip_images"]
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from .._errors import ConfigurationError
-from .._messages import Message
-from .._policy import CompactionContext, ConversationState
+from .._messages.model import Message
+from ..errors import ConfigurationError
+from ..policy import CompactionContext, ConversationState
 
 __all__ = [
     "FIRM",

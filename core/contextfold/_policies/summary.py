@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, tzinfo
 
-from .._errors import BudgetExceededError, ConfigurationError
-from .._messages import Message
-from .._policy import (
+from .._messages.model import Message
+from .._messages.structure import Group, leading_system_count, split_groups
+from ..errors import BudgetExceededError, ConfigurationError
+from ..policy import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,
@@ -28,10 +29,9 @@ from .._policy import (
     SummaryRequest,
     Target,
 )
-from .._prompts import _local
-from .._shrink import HeadTail, truncate_head_tail
-from .._structure import Group, leading_system_count, split_groups
-from ._fit import fits_budget, originals, same, shrink_largest_first, squeeze, targets
+from ..prompts._loader import _local
+from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
+from .head_tail import HeadTail, truncate_head_tail
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",

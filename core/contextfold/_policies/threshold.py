@@ -61,18 +61,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from .._errors import BudgetExceededError, ConfigurationError
-from .._learning import learned_in
-from .._messages import ContentPart, Message, TextPart
-from .._policy import (
+from .._lossless.learning import learned_in
+from .._lossless.references import handle_for, handle_text
+from .._messages.model import ContentPart, Message, TextPart
+from ..errors import BudgetExceededError, ConfigurationError
+from ..policy import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,
     SummaryReply,
     SummaryRequest,
 )
-from .._references import handle_for, handle_text
-from .._shrink import HeadTail, truncate_head_tail
+from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
 from .threshold_fit import (
     SUMMARY_HEADER,

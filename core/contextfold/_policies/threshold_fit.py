@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .._messages import Message
-from .._policy import CompactionContext
-from .._references import handle_text
-from .._shrink import HeadTail, truncate_head_tail
-from .._structure import SYSTEM_ROLES
+from .._lossless.references import handle_text
+from .._messages.model import Message
+from .._messages.structure import SYSTEM_ROLES
+from ..policy import CompactionContext
+from .head_tail import HeadTail, truncate_head_tail
 
 __all__ = ["dropped_note", "fit_sections", "insert_summary", "summary_message"]
 
@@ -115,7 +115,7 @@ def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
 def fallback_notes(note: str) -> tuple[str, ...]:
     """``note``, then its handle alone (``[dropped: ctx_...]``, when even the note does not
     fit beside what was kept), then nothing: the order a notice tries them in."""
-    from .._references import HANDLE_RE
+    from .._lossless.references import HANDLE_RE
 
     found = HANDLE_RE.search(note)
     short = f"[dropped: {found.group(0)}]" if found else ""

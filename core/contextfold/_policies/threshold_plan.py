@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._messages import Message
-from .._policy import CompactionContext, Target
-from .._references import handle_for
-from .._shrink import HeadTail
-from .._structure import SYSTEM_ROLES, split_groups
-from ._fit import shrink_message, squeeze
+from .._lossless.references import handle_for
+from .._messages.model import Message
+from .._messages.structure import SYSTEM_ROLES, split_groups
+from ..policy import CompactionContext, Target
+from .fitting import shrink_message, squeeze
+from .head_tail import HeadTail
 from .threshold_fit import dropped_note, insert_summary
 
 __all__ = [

@@ -43,15 +43,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import BudgetExceededError, ConfigurationError
-from .._learning import apply_learning, learned_in
-from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
-from .._references import handle_for, handle_text
-from .._shrink import HeadTail
-from .._structure import leading_system_count, split_groups
-from ._fit import shrink_message
+from .._lossless.learning import apply_learning, learned_in
+from .._lossless.references import handle_for, handle_text
+from .._messages.model import Message
+from .._messages.structure import leading_system_count, split_groups
+from ..errors import BudgetExceededError, ConfigurationError
+from ..policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
+from .fitting import shrink_message
+from .head_tail import HeadTail
 from .importance import (
     DEFAULT_WEIGHTS,
     ImportanceWeights,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "env_kwargs"]
 

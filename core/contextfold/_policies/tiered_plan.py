@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import ConfigurationError
-from .._messages import Message
-from .._policy import CompactionContext, Target
-from .._references import handle_for
-from .._shrink import HeadTail
-from .._structure import Group
-from ._fit import fits_budget, squeeze
+from .._lossless.references import handle_for
+from .._messages.model import Message
+from .._messages.structure import Group
+from ..errors import ConfigurationError
+from ..policy import CompactionContext, Target
 from .budget_allocation import BudgetAllocation
+from .fitting import fits_budget, squeeze
+from .head_tail import HeadTail
 from .importance import ImportanceScore
 
 __all__ = [

@@ -38,14 +38,14 @@ from dataclasses import dataclass, replace
 from itertools import accumulate, pairwise
 from typing import Literal
 
-from .._counting import TokenCounter
-from .._errors import BudgetExceededError, ConfigurationError
-from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
-from .._references import handle_for, handle_text
-from .._shrink import HeadTail
-from .._structure import leading_system_count
-from ._fit import shrink_message
+from .._counting.counters import TokenCounter
+from .._lossless.references import handle_for, handle_text
+from .._messages.model import Message
+from .._messages.structure import leading_system_count
+from ..errors import BudgetExceededError, ConfigurationError
+from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .fitting import shrink_message
+from .head_tail import HeadTail
 
 __all__ = ["TruncationPolicy"]
 

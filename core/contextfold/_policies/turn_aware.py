@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import ConfigurationError
-from .._messages import Message
-from .._policy import CompactionContext, PolicyOutcome, SimplePolicy
-from .._prompts import TemporalContext
-from .._shrink import HeadTail
-from .._structure import Group, leading_system_count, split_groups
-from ._fit import Fits, fits_budget, originals, same, shrink_largest_first, targets
+from .._messages.model import Message
+from .._messages.structure import Group, leading_system_count, split_groups
+from ..errors import ConfigurationError
+from ..policy import CompactionContext, PolicyOutcome, SimplePolicy
+from ..prompts._loader import TemporalContext
+from .fitting import Fits, fits_budget, originals, same, shrink_largest_first, targets
+from .head_tail import HeadTail
 from .loop_slice import fit_loop
 from .prompt_source import (
     NudgeConfig,

@@ -37,7 +37,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 import contextfold as cf
-from contextfold._overflow import is_context_overflow, overflow_figures
+from contextfold._engine.overflow import is_context_overflow, overflow_figures
 
 from ._convert import from_llama_index, message_to_llama_index
 from ._fixed import budget_of

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
-from contextfold._store._codec import decode, encode
+from contextfold.stores._codec import decode, encode
 
 __all__ = [
     "Parts",

@@ -15,7 +15,7 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.llms import LLM
 
 from contextfold import SummarizerError, SummaryRequest
-from contextfold._summary_prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "LLMSummarizer", "render_transcript"]
 

@@ -1,0 +1,1 @@
+"""Counting: token counters, offline tiktoken encodings, budgets and the usage breakdown."""

@@ -1,0 +1,342 @@
+"""Token counting: one protocol, an exact tiktoken counter and an estimating one.
+
+Per-message overhead follows OpenAI's published recipe for chat models: 3 tokens per
+message, 1 more when a ``name`` is set, and 3 to prime the reply. Tool calls count their
+name and JSON arguments; images count by OpenAI's tile formula when their size is known.
+
+Counts are cached on each (immutable) message per counter, and each counter remembers
+running sums of the last sequences it counted: recounting an unchanged long history, or
+one that only grew at the end, is an identity check of the known prefix plus the count
+of the new messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import operator
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate, compress
+from itertools import count as count_from
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .._messages.model import ImagePart, Message, OpaquePart, TextPart
+from ..errors import ConfigurationError
+from .encodings import load_encoding
+
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = [
+    "IMAGE_FLAT_TOKENS",
+    "EstimatingCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "counter_for_model",
+    "encoding_for_model",
+]
+
+logger = logging.getLogger("contextfold")
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+TOKENS_PER_TOOL_CALL = 7  # wrapper tokens around each call's name and arguments
+_LABELS_KEPT = 4096  # distinct roles/names/tool names whose counts a counter remembers
+IMAGE_FLAT_TOKENS = 765
+"""Tokens charged for an image whose size is unknown: a 1024x1024 image at high detail."""
+
+_ENCODING_BY_PREFIX: tuple[tuple[str, str], ...] = (
+    ("gpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
+    ("text-embedding", "cl100k_base"),
+)
+
+
+def encoding_for_model(model: str) -> str | None:
+    """The tiktoken encoding of an OpenAI model, or ``None`` for other providers' models."""
+    key = model.lower().rsplit("/", 1)[-1]
+    for prefix, encoding in _ENCODING_BY_PREFIX:
+        if key == prefix or (key.startswith(prefix) and not key[len(prefix)].isalnum()):
+            return encoding
+    return None
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens of text, messages and tool definitions."""
+
+    name: str
+    """Identifies the counter; message counts are cached per name."""
+
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text."""
+        ...
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, overhead included."""
+        ...
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens of a request's messages, reply priming included."""
+        ...
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of tool definitions (OpenAI ``tools`` entries or JSON schemas)."""
+        ...
+
+
+def image_tokens(part: ImagePart) -> int:
+    """OpenAI's tile formula: 85 base + 170 per 512px tile after scaling; 85 at low detail."""
+    if part.detail == "low":
+        return 85
+    if not part.width or not part.height:
+        return IMAGE_FLAT_TOKENS
+    w, h = float(part.width), float(part.height)
+    if max(w, h) > 2048:
+        scale = 2048 / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > 768:
+        scale = 768 / min(w, h)
+        w, h = w * scale, h * scale
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
+    return 85 + 170 * tiles
+
+
+class _BaseCounter:
+    """Shared message arithmetic; subclasses implement ``count_text``."""
+
+    name: str = "base"
+
+    def count_text(self, text: str) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _count_label(self, text: str) -> int:
+        """``count_text`` of a short, often repeated string (role, name, tool name)."""
+        labels: dict[str, int] | None = self.__dict__.get("_labels")
+        if labels is None:
+            labels = self.__dict__["_labels"] = {}
+        n = labels.get(text)
+        if n is None:
+            n = self.count_text(text)
+            if len(labels) < _LABELS_KEPT:
+                labels[text] = n
+        return n
+
+    def _count_uncached(self, message: Message) -> int:
+        n = TOKENS_PER_MESSAGE + self._count_label(message.role)
+        if message.name:
+            n += TOKENS_PER_NAME + self._count_label(message.name)
+        if isinstance(message.content, str):
+            n += self.count_text(message.content)
+        else:
+            for part in message.content:
+                if isinstance(part, TextPart):
+                    n += self.count_text(part.text)
+                elif isinstance(part, ImagePart):
+                    n += image_tokens(part)
+                elif isinstance(part, OpaquePart):
+                    n += self.count_text(json.dumps(dict(part.data), default=str))
+        if message.reasoning:
+            n += self.count_text(message.reasoning)
+        for call in message.tool_calls:
+            n += TOKENS_PER_TOOL_CALL + self._count_label(call.name)
+            n += self.count_text(call.arguments)
+        if message.tool_call_id:
+            n += self.count_text(message.tool_call_id)
+        return n
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, overhead included; cached on the message per counter."""
+        key = "_tokens:" + self.name
+        n: int | None = message.__dict__.get(key)
+        if n is None:
+            n = self._count_uncached(message)
+            object.__setattr__(message, key, n)
+        return n
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens of a request: each message (cached) plus the reply priming.
+
+        Recounting a sequence that starts with the same message objects as one counted
+        recently costs an identity check of that prefix plus the count of the rest.
+        """
+        seq = messages if isinstance(messages, (list, tuple)) else list(messages)
+        if not seq:
+            return REPLY_PRIMING
+        return REPLY_PRIMING + self._memo().total(seq, self.count_message)
+
+    def running_totals(self, messages: Sequence[Message]) -> list[int]:
+        """``len(messages) + 1`` running sums: element ``i`` is the tokens of ``messages[:i]``
+        without the reply priming. Shares the prefix memo with :meth:`count_messages`, so
+        right after counting a history this costs a copy of its sums."""
+        seq = messages if isinstance(messages, (list, tuple)) else list(messages)
+        if not seq:
+            return [0]
+        return self._memo().totals(seq, self.count_message)[: len(seq) + 1]
+
+    def _memo(self) -> _PrefixMemo:
+        memo: _PrefixMemo | None = self.__dict__.get("_prefix_memo")
+        if memo is None:
+            memo = self.__dict__["_prefix_memo"] = _PrefixMemo()
+        return memo
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of tool definitions: the JSON text of each plus 12. An upper estimate:
+        OpenAI renders definitions more compactly (its cookbook's ``num_tokens_for_tools``
+        gives fewer tokens), so a budget that holds this count holds the real one."""
+        if not tools:
+            return 0
+        return sum(self.count_text(json.dumps(t, sort_keys=True, default=str)) for t in tools) + 12
+
+
+_Entry = tuple[tuple[Message, ...], list[int]]
+
+
+_EMPTY_ENTRY: _Entry = ((), [0])
+
+
+class _PrefixMemo:
+    """Running token sums of the last few sequences a counter counted.
+
+    A later sequence that starts with the same message *objects* (checked with ``is``, so
+    an equal-looking but different message never matches) reuses the sum of that prefix
+    and counts only what follows. Entries hold strong references to their messages, which
+    makes the identity check sound (an id cannot be reused while the object is alive) and
+    keeps the last ``SLOTS`` counted histories in memory.
+    """
+
+    SLOTS = 4
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+        self._lock = threading.Lock()
+
+    def total(self, seq: Sequence[Message], count: Callable[[Message], int]) -> int:
+        """The summed counts of ``seq`` (non-empty), reusing and updating the memo."""
+        return self.totals(seq, count)[len(seq)]
+
+    def totals(self, seq: Sequence[Message], count: Callable[[Message], int]) -> list[int]:
+        """Running sums whose element ``i`` is the count of ``seq[:i]`` (``seq`` non-empty).
+
+        The list is the memo's own and may run past ``len(seq) + 1``: read, never modify.
+        """
+        with self._lock:
+            candidates = [e for e in self._entries if e[0][0] is seq[0]]
+        best: _Entry = _EMPTY_ENTRY
+        k = 0
+        for entry in candidates:  # most recent first
+            shared = _shared_prefix(entry[0], seq)
+            if shared > k:
+                best, k = entry, shared
+            if shared == len(seq) or shared == len(entry[0]):
+                break
+        prev, cum = best
+        if k == len(seq):
+            self._remember(best, best)
+            return cum  # the same sequence, or a prefix of a longer one we keep
+        more = list(accumulate(map(count, seq[k + 1 :]), initial=cum[k] + count(seq[k])))
+        extends = k == len(prev)
+        with self._lock:
+            # A sequence that extends the old one takes over its sums (appending keeps
+            # every value a reader holds valid), unless another extension got there first;
+            # one that diverges gets a copy and is kept beside.
+            if extends and best is not _EMPTY_ENTRY and len(cum) == k + 1:
+                cum.extend(more)
+                new_cum = cum
+            else:
+                new_cum = cum[: k + 1] + more
+        self._remember((tuple(seq), new_cum), best if extends else None)
+        return new_cum
+
+    def _remember(self, entry: _Entry, replaces: _Entry | None) -> None:
+        with self._lock:
+            rest = [e for e in self._entries if e is not replaces and e is not entry]
+            self._entries = [entry, *rest][: self.SLOTS]
+
+
+def _shared_prefix(prev: Sequence[Message], seq: Sequence[Message]) -> int:
+    """How many leading elements of ``prev`` and ``seq`` are the same objects."""
+    return next(compress(count_from(), map(operator.is_not, prev, seq)), min(len(prev), len(seq)))
+
+
+class TiktokenCounter(_BaseCounter):
+    """Exact counts with a tiktoken encoding (``o200k_base``, ``cl100k_base``...).
+
+    Raises:
+        ConfigurationError: the encoding cannot be loaded from any local copy or download.
+            ``counter_for_model`` falls back to the estimator instead of raising.
+    """
+
+    def __init__(self, encoding: str | tiktoken.Encoding = "o200k_base") -> None:
+        if isinstance(encoding, str):
+            loaded = load_encoding(encoding)
+            if loaded is None:
+                raise ConfigurationError(
+                    f"tiktoken encoding {encoding!r} could not be loaded (no local copy, "
+                    "download failed or disabled); use EstimatingCounter or counter_for_model"
+                )
+            encoding = loaded
+        self.encoding = encoding
+        self.name = f"tiktoken:{encoding.name}"
+
+    def count_text(self, text: str) -> int:
+        """Exact tokens of ``text``; special-token strings count as ordinary text."""
+        if not text:
+            return 0
+        # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
+        # (the same as ``encode(text, disallowed_special=())``, without its checks).
+        return len(self.encoding.encode_ordinary(text))
+
+
+class EstimatingCounter(_BaseCounter):
+    """Estimates tokens from characters. Conservative by default (seed 004: 1.5 chars/token),
+    so it overcounts rather than letting a request overflow."""
+
+    def __init__(self, chars_per_token: float = 1.5) -> None:
+        if not chars_per_token > 0:
+            raise ConfigurationError(f"chars_per_token must be > 0, got {chars_per_token}")
+        self.chars_per_token = chars_per_token
+        self.name = f"estimate:{chars_per_token}"
+
+    def count_text(self, text: str) -> int:
+        """``ceil(len(text) / chars_per_token)``."""
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+_warned: set[str] = set()
+
+
+def counter_for_model(model: str | None = None, *, chars_per_token: float = 1.5) -> TokenCounter:
+    """The best counter for ``model``: tiktoken with the model's encoding when it loads,
+    else an :class:`EstimatingCounter` (with one warning per encoding per process).
+
+    Models of other providers (no local tokenizer) get the estimator without a warning.
+    """
+    encoding = encoding_for_model(model) if model else "o200k_base"
+    if encoding is None:
+        return EstimatingCounter(chars_per_token)
+    loaded = load_encoding(encoding)
+    if loaded is None:
+        if encoding not in _warned:
+            _warned.add(encoding)
+            warnings.warn(
+                f"contextfold: tiktoken encoding {encoding!r} is not available offline and "
+                "could not be downloaded; counting tokens with a conservative estimate "
+                f"({chars_per_token} chars/token) instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return EstimatingCounter(chars_per_token)
+    return TiktokenCounter(loaded)

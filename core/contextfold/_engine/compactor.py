@@ -1,0 +1,386 @@
+"""The Compactor: one per conversation, driven on every model call.
+
+It makes a step cost almost nothing when nothing triggers, keeps the compacted prefix
+byte-stable between steps (so provider prompt caches keep hitting) and anchors its
+decision on what the provider billed (seed 004's three-layer defence):
+
+1. **Incremental.** When a call's messages extend the previous call's input (the same
+   message objects, or equal ones, as a prefix), the previous *output* is reused as the
+   prefix and only the new messages are counted. Under ``budget.trigger_tokens`` the
+   result is that prefix plus the new messages, without running the policy. Over it (or
+   forced), the policy runs on prefix plus new messages and compacts down to the target;
+   then the prefix is left alone until the trigger is crossed again (hysteresis). Any
+   other input (an edited or rewound history) starts over from scratch.
+2. **Calibrated.** ``observe_usage`` records the provider's input tokens; the next decision
+   uses ``max(estimate, reported + estimate of what was added since)``.
+3. **Forced.** ``compact(messages, force=True)`` compacts regardless of the trigger (the
+   overflow-retry path). A forced pass that cannot shrink the context makes the next
+   forced call raise :class:`NoProgressError` at once instead of looping.
+
+A policy whose output must be rebuilt on every call (a loop slice, a nudge) sets the class
+attribute ``always_run = True``; the Compactor then runs it on the full input every time.
+
+Reports describe the input a call worked on: the previous output plus the new messages
+when the call was incremental (``details["incremental"]``), else the caller's input.
+``details`` also holds the calibrated figure (``known_tokens``), the usage breakdown
+(``usage``) and, for policy runs, the summary figures (``summary``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._counting.budget import Budget
+from .._counting.counters import TokenCounter, counter_for_model
+from .._counting.usage import UsageBreakdown, usage_of
+from .._lossless.learning import learned_in, learning_of
+from .._lossless.references import ReferenceCache, persist_originals
+from .._messages.model import Message
+from .._messages.structure import leading_system_count
+from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
+from .._summaries.extractive import ExtractiveSummarizer
+from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
+from ..errors import ConfigurationError, NoProgressError
+from ..policy import CompactionContext, ConversationState, Policy, PolicyOutcome
+from .compact import drive_async, drive_sync, finish, prepare
+from .events import (
+    CompactionApplied,
+    CompactionEvent,
+    CompactionStarted,
+    ConversationIdle,
+    Listener,
+    emit,
+)
+from .incremental import Joined, Plan, Prefix
+from .result import CompactionReport, CompactionResult
+
+__all__ = ["Compactor"]
+
+logger = logging.getLogger("contextfold")
+
+class Compactor:
+    """Compacts one conversation across calls: incremental, calibrated, failure-safe.
+
+    Args:
+        policy: what to do (``ThresholdPolicy()``, ``TruncationPolicy()``...).
+        budget: the token budget.
+        counter: how to count; default ``counter_for_model(budget.model)``.
+        summarizer: makes summaries (an LLM through an adapter); default
+            :class:`ExtractiveSummarizer`, which needs no LLM.
+        store: the history store; when it has ``get_summary``/``put_summary`` the summary
+            cache is persisted there. Policies may read it (sliding-window lookups).
+        conversation_id: the conversation's key in the store and in events.
+        tools: tool definitions sent with every request (their tokens count).
+        retry: retries and backoff for the summarizer.
+        cache: the in-memory summary cache; default ``LRUSummaryCache()``.
+        on_summary_failure: ``"extractive"`` (the fallback summary) or ``"notice"`` (the
+            policy writes seed 004's notice) when the summarizer fails.
+        listeners: callables receiving :mod:`events <contextfold._engine.events>`.
+        references: where originals behind handles are kept when the store does not keep
+            them (no store, or no ``conversation_id``); default ``ReferenceCache()``.
+
+    Not thread-safe: one compactor serves one conversation, one call at a time.
+    """
+
+    last_output_tokens: int | None
+    """The output tokens of the last reported usage, when given."""
+    _prefix: Prefix  # the previous input and output
+    _known: int | None  # provider-reported input tokens of the previous output
+    _since: int  # estimated tokens added since that report
+
+    def __init__(
+        self,
+        policy: Policy,
+        budget: Budget,
+        counter: TokenCounter | None = None,
+        summarizer: Any = None,
+        store: Any = None,
+        *,
+        conversation_id: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        retry: RetryPolicy | None = None,
+        cache: SummaryCache | None = None,
+        on_summary_failure: OnSummaryFailure = "extractive",
+        listeners: Sequence[Listener] = (),
+        references: ReferenceCache | None = None,
+    ) -> None:
+        if not callable(getattr(policy, "run", None)):
+            raise ConfigurationError(f"policy must have a run() method, got {policy!r}")
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"budget must be a contextfold.Budget, got {budget!r}")
+        if on_summary_failure not in ("extractive", "notice"):
+            raise ConfigurationError(
+                f"on_summary_failure must be 'extractive' or 'notice', got {on_summary_failure!r}"
+            )
+        self.policy = policy
+        self.budget = budget
+        self.counter = counter or counter_for_model(budget.model)
+        self.summarizer = summarizer if summarizer is not None else ExtractiveSummarizer(
+            counter=self.counter
+        )
+        self.store = store
+        self.conversation_id = conversation_id
+        self.tools = tools
+        self.retry = retry or RetryPolicy()
+        self.cache = cache_for(cache if cache is not None else LRUSummaryCache(), store)
+        self.on_summary_failure: OnSummaryFailure = on_summary_failure
+        self._listeners: list[Listener] = list(listeners)
+        self.references = references if references is not None else ReferenceCache()
+        self._state = ConversationState()
+        self._stalled: tuple[int, int] | None = None
+        self._tools_seen: tuple[object, int] = (None, 0)
+        self._forget()
+
+    # -- public ----------------------------------------------------------------------
+
+    @property
+    def state(self) -> ConversationState:
+        """The conversation's state, passed to every policy run (nudges, idle)."""
+        return self._state
+
+    def add_listener(self, listener: Listener) -> Listener:
+        """Deliver events to ``listener`` (returned, so this works as a decorator)."""
+        self._listeners.append(listener)
+        return listener
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop delivering events to ``listener``."""
+        self._listeners.remove(listener)
+
+    def observe_usage(self, input_tokens: int, output_tokens: int | None = None) -> None:
+        """Record the provider-reported usage of the last request (calibration, layer 2).
+
+        The next decision uses the larger of the estimate and ``input_tokens`` plus the
+        estimate of the messages added since. A reported usage also means the request
+        succeeded, which clears the forced-compaction guard.
+        """
+        if not isinstance(input_tokens, int) or input_tokens < 0:
+            raise ConfigurationError(f"input_tokens must be an int >= 0, got {input_tokens!r}")
+        if output_tokens is not None and (not isinstance(output_tokens, int) or output_tokens < 0):
+            raise ConfigurationError(f"output_tokens must be an int >= 0, got {output_tokens!r}")
+        self._known, self._since = input_tokens, 0
+        self.last_output_tokens = output_tokens
+        self._stalled = None
+
+    def record_response(self) -> None:
+        """A model response arrived: reset the nudge counter (seed 001) and the guard."""
+        self._state.encouragement_count = 0
+        self._stalled = None
+
+    def usage(self, messages: Sequence[Message]) -> UsageBreakdown:
+        """Tokens of system prompt, tool definitions and messages against the budget."""
+        return usage_of(
+            messages, counter=self.counter, budget=self.budget,
+            tool_tokens=self._fixed_tokens(self.tools),
+        )
+
+    def reset(self) -> None:
+        """Forget everything about the conversation: prefix, calibration, state, guard."""
+        self._forget()
+        self._state = ConversationState()
+        self._stalled = None
+
+    def compact(
+        self, messages: Sequence[Message], *, force: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> CompactionResult:
+        """The messages to send for this call (see the module docstring).
+
+        Raises:
+            NoProgressError: forced, and the previous forced pass could not shrink the input.
+            BudgetExceededError: even the policy's protected minimum does not fit.
+        """
+        plan_or_result = self._plan(messages, force, tools)
+        if isinstance(plan_or_result, CompactionResult):
+            return plan_or_result
+        plan = plan_or_result
+        try:
+            view, repairs, context = self._prepare(plan)
+            service = self._service(context.counter)
+            outcome = drive_sync(self.policy.run(view, context), service.answer)
+            return self._complete(plan, view, repairs, context, outcome, service)
+        except BaseException:
+            self._forget()
+            raise
+
+    async def acompact(
+        self, messages: Sequence[Message], *, force: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> CompactionResult:
+        """The async form of :meth:`compact` (summaries are awaited)."""
+        plan_or_result = self._plan(messages, force, tools)
+        if isinstance(plan_or_result, CompactionResult):
+            return plan_or_result
+        plan = plan_or_result
+        try:
+            view, repairs, context = self._prepare(plan)
+            service = self._service(context.counter)
+            outcome = await drive_async(self.policy.run(view, context), service.aanswer)
+            return self._complete(plan, view, repairs, context, outcome, service)
+        except BaseException:
+            self._forget()
+            raise
+
+    # -- deciding --------------------------------------------------------------------
+
+    def _plan(
+        self, messages: Sequence[Message], force: bool,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> Plan | CompactionResult:
+        started = time.perf_counter()
+        if force and self._stalled is not None:
+            before, after = self._stalled
+            raise NoProgressError(
+                f"forced compaction with policy {getattr(self.policy, 'name', self.policy)!r} "
+                f"made no progress last time ({before} -> {after} tokens); the context "
+                "cannot shrink further"
+            )
+        tools = tools if tools is not None else self.tools
+        fixed = self._fixed_tokens(tools)
+        prefix = self._prefix
+        new = prefix.extension(messages) if fixed == prefix.fixed else None
+        if new is not None and (getattr(self.policy, "always_run", False)
+                                or not prefix.appendable(new)):
+            new = None  # rebuilt on every call, or the extension needs the full history
+        if new is None:
+            self._known, self._since = None, 0  # the reported usage was of another input
+            base: Sequence[Message] = messages
+            new_tokens = None
+            estimate = self.counter.count_messages(messages) + fixed
+            known = None
+        else:
+            base = Joined(prefix.out, new)
+            new_tokens = sum(map(self.counter.count_message, new))
+            estimate = prefix.out_tokens + new_tokens + fixed
+            known = None if self._known is None else self._known + self._since + new_tokens
+        effective = max(estimate, known or 0)
+        needs = force or effective > self.budget.trigger_tokens
+        self._log(estimate, known, effective, len(base), fixed, force, needs)
+        plan = Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started,
+                     self._state.idle)
+        if new is not None and not needs:
+            return self._append(plan, new, estimate)
+        return plan
+
+    def _append(self, plan: Plan, new: list[Message], tokens: int) -> CompactionResult:
+        """The fast path: the previous output, untouched, plus the new messages."""
+        out = self._prefix.append(new, plan.new_tokens or 0)
+        self._since += plan.new_tokens or 0
+        report = CompactionReport(
+            tokens_before=tokens, tokens_after=tokens, messages_before=len(out),
+            messages_after=len(out), method="none",
+            duration=time.perf_counter() - plan.started,
+            details={"known_tokens": plan.known, "incremental": True,
+                     "usage": self._usage(out, tokens, plan.fixed)},
+        )
+        return CompactionResult(messages=list(out), report=report)
+
+    # -- running ---------------------------------------------------------------------
+
+    def _prepare(
+        self, plan: Plan
+    ) -> tuple[Sequence[Message], tuple[str, ...], CompactionContext]:
+        plan.base = list(plan.base)
+        if plan.needs:
+            self._emit(CompactionStarted(self.conversation_id, len(plan.base), plan.force))
+        return prepare(
+            plan.base, budget=self.budget, counter=self.counter, tools=plan.tools,
+            force=plan.force, known_tokens=plan.known, state=self._state, store=self.store,
+            conversation_id=self.conversation_id, references=self.references,
+        )
+
+    def _service(self, counter: TokenCounter) -> SummaryService:
+        return SummaryService(
+            self.summarizer, counter=counter, retry=self.retry, cache=self.cache,
+            on_failure=self.on_summary_failure,
+        )
+
+    def _complete(
+        self, plan: Plan, view: Sequence[Message], repairs: tuple[str, ...],
+        context: CompactionContext, outcome: PolicyOutcome, service: SummaryService,
+    ) -> CompactionResult:
+        result = finish(
+            plan.base, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
+            notes=tuple(service.notes), started=plan.started,
+            details={"summary": service.details(), "known_tokens": plan.known,
+                     "incremental": plan.new_tokens is not None,
+                     **self._keep_originals(view, outcome)},
+        )
+        report = result.report
+        report.details["usage"] = self._usage(result.messages, report.tokens_after, plan.fixed)
+        changed = outcome.messages is not view or bool(repairs)
+        self._remember(plan, result.messages, changed)
+        if plan.force:
+            shrunk = report.tokens_after < report.tokens_before
+            self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
+        if changed:
+            self._emit(CompactionApplied(
+                self.conversation_id, report, report.tokens_saved, len(report.targets),
+                plan.force, report.duration,
+            ))
+        if self._state.idle and not plan.was_idle:
+            self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
+        return result
+
+    def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
+        """Keep the output as the prefix for the next call."""
+        restarted = plan.messages if plan.new_tokens is None else None
+        self._prefix.remember(restarted, out, plan.fixed, self.counter)
+        if changed:
+            self._known, self._since = None, 0  # the reported usage was of another prefix
+        elif plan.new_tokens is not None:
+            self._since += plan.new_tokens
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _keep_originals(self, view: Sequence[Message], outcome: PolicyOutcome) -> dict[str, Any]:
+        """Keep the originals behind the outcome's handles; the report's figures."""
+        kept = persist_originals(
+            view, outcome.targets, store=self.store, cache=self.references,
+            conversation_id=self.conversation_id, learning=learning_of(self._state),
+        )
+        learned = learned_in(self._state)
+        return {**({"references": kept} if kept else {}),
+                **({"learned": learned.as_dict()} if learned is not None else {})}
+
+    def _forget(self) -> None:
+        self._prefix = Prefix()
+        self._known = None
+        self._since = 0
+        self.last_output_tokens = None
+
+    def _usage(self, out: Sequence[Message], total: int, fixed: int) -> dict[str, int | bool]:
+        """The usage breakdown of an output whose total is known (seed 003)."""
+        system = sum(map(self.counter.count_message, out[: leading_system_count(out)]))
+        budget = self.budget.input_budget
+        return UsageBreakdown(
+            system_tokens=system, tool_tokens=fixed, message_tokens=total - system - fixed,
+            total=total, budget=budget, available=budget - total, over_budget=total > budget,
+        ).as_dict()
+
+    def _fixed_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        if not tools:
+            return 0
+        if self._tools_seen[0] is not tools:
+            self._tools_seen = (tools, self.counter.count_tools(tools))
+        return self._tools_seen[1]
+
+    def _emit(self, event: CompactionEvent) -> None:
+        if self._listeners:
+            emit(self._listeners, event)
+
+    def _log(
+        self, estimate: int, known: int | None, effective: int, n: int, fixed: int,
+        force: bool, needs: bool,
+    ) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "[compactor] conversation=%s estimate=%d last_known=%s effective=%d budget=%d "
+                "threshold=%d (%d%%) messages=%d fixed=%d force=%s needs_compaction=%s",
+                self.conversation_id, estimate, known, effective, self.budget.input_budget,
+                self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
+                force, needs,
+            )

@@ -1,0 +1,139 @@
+"""The Compactor's memory of the previous call: the input it saw and the output it sent.
+
+When the next input extends the previous one, the previous output is the prefix of the
+next: only the new messages need counting and checking, and the prefix stays byte-stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from .._counting.counters import TokenCounter
+from .._messages.model import Message
+from .._messages.structure import SYSTEM_ROLES
+from .._messages.validation import validate
+
+__all__ = ["Joined", "Plan", "Prefix"]
+
+_APPENDABLE = frozenset({"no_user", "assistant_before_user"})  # fine after a valid prefix
+
+
+@dataclass
+class Plan:
+    """One call's decision: what the policy works on and the figures behind it."""
+
+    messages: Sequence[Message]
+    """The caller's input."""
+    base: Sequence[Message]
+    """What the policy works on: the previous output plus the new messages, or the input."""
+    new_tokens: int | None
+    """Tokens of the new messages; ``None`` when the call started over."""
+    force: bool
+    """Compact regardless of the trigger."""
+    needs: bool
+    """The trigger was crossed (or forced)."""
+    fixed: int
+    """Tokens of the tool definitions."""
+    tools: Sequence[Mapping[str, Any]] | None
+    """The tool definitions."""
+    known: int | None
+    """The calibrated input size, when a usage report applies."""
+    started: float
+    """``perf_counter`` at the start of the call."""
+    was_idle: bool
+    """The conversation's idle flag before the call."""
+
+
+class Prefix:
+    """The previous call's input (a snapshot) and output, for incremental calls."""
+
+    def __init__(self) -> None:
+        self.primed = False
+        self.seen: list[Message] = []
+        self.out: tuple[Message, ...] = ()
+        self.out_tokens = 0
+        self.out_valid = False
+        self.call_ids: set[str] = set()
+        self.fixed = 0
+
+    def extension(self, messages: Sequence[Message]) -> list[Message] | None:
+        """The messages added since the previous input (or since the previous output, when
+        the caller replaced its history with it), or ``None`` when ``messages`` starts with
+        neither. The snapshot follows the input on a match."""
+        if not self.primed:
+            return None
+        seen, n = self.seen, len(self.seen)
+        if len(messages) >= n:
+            new = list(messages[n:])
+            seen.extend(new)
+            # One C-level pass: identity first for every element, equality where not.
+            if seen == (messages if isinstance(messages, list) else list(messages)):
+                return new
+            del seen[n:]
+        k = len(self.out)
+        if len(messages) >= k and list(messages[:k]) == list(self.out):
+            # The caller kept the compacted output as its history (a framework state that
+            # stores what was sent): that is the prefix now.
+            self.seen = list(messages)
+            return list(messages[k:])
+        return None
+
+    def appendable(self, new: Sequence[Message]) -> bool:
+        """True when the (valid) previous output followed by ``new`` is still valid."""
+        if not self.out_valid:
+            return False
+        if not new:
+            return True
+        for m in new:
+            if m.role in SYSTEM_ROLES or any(c.id in self.call_ids for c in m.tool_calls):
+                return False
+        return all(p.code in _APPENDABLE for p in validate(new))
+
+    def append(self, new: Sequence[Message], new_tokens: int) -> tuple[Message, ...]:
+        """Extend the output with ``new`` (checked with :meth:`appendable`); return it."""
+        self.out = self.out + tuple(new)
+        self.out_tokens += new_tokens
+        self.call_ids.update(c.id for m in new for c in m.tool_calls)
+        return self.out
+
+    def remember(
+        self, messages: Sequence[Message] | None, out: Sequence[Message], fixed: int,
+        counter: TokenCounter,
+    ) -> None:
+        """Keep ``out`` as the next prefix; ``messages`` is the new snapshot when the call
+        started over (``None``: the snapshot was already extended)."""
+        if messages is not None:
+            self.seen = list(messages)
+        self.primed = True
+        self.fixed = fixed
+        self.out = tuple(out)
+        self.out_tokens = counter.count_messages(self.out)
+        self.out_valid = not validate(self.out)
+        self.call_ids = {c.id for m in self.out for c in m.tool_calls}
+
+
+class Joined(Sequence[Message]):
+    """``prefix + new`` without copying, until a policy run needs a list."""
+
+    __slots__ = ("_new", "_prefix")
+
+    def __init__(self, prefix: tuple[Message, ...], new: list[Message]) -> None:
+        self._prefix, self._new = prefix, new
+
+    def __len__(self) -> int:
+        return len(self._prefix) + len(self._new)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+        return [*self._prefix, *self._new][index]
+
+    def __iter__(self) -> Iterator[Message]:
+        yield from self._prefix
+        yield from self._new

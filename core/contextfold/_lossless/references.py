@@ -1,0 +1,394 @@
+"""Context references (seed 002), made lossless: a handle to every compacted original.
+
+Whatever a policy truncates, clears, drops or summarizes gets a stable handle, seed 002's
+``ctx_<hash>`` form: ``ctx_`` and the first 12 hex digits of a SHA-256 over the originals'
+fingerprints (content only, so the same original gets the same handle in every run). The
+policy writes the handle into the truncation label, the placeholder or the summary and
+sets :attr:`Target.handle <contextfold.Target.handle>`; policies stay pure.
+
+The *driver* keeps the originals after each pass (:func:`persist_originals`): in the
+store when it has ``put_original`` (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``;
+kept until the conversation is cleared), else in a bounded in-memory
+:class:`ReferenceCache` (seed 002's LRU), one per ``Compactor`` and one module-level cache
+for plain ``compact()`` calls. Targets that share a handle (the members of one summary)
+are stored together as one transcript.
+
+Expiry without a store: the label then says so ("kept in memory for the last N
+originals"), since the capacity is known when the label is written; when an original has
+been evicted, :func:`read_original` answers that it expired and can no longer be read back
+(the cache remembers the handles it evicted), never silently "not found".
+
+The agent reads originals back with the ``read_original`` tool (:func:`read_original_tool`,
+wrapped by both adapters): the whole text, a window (``offset``/``limit`` characters) or
+the lines matching a regular expression. Reads are scoped to one conversation: a handle
+from another conversation is refused and its content never shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._messages.model import Message
+from ..errors import ConfigurationError
+from ..policy import Target
+from ..stores._tools import SearchToolSpec
+
+if TYPE_CHECKING:
+    from ..policy import CompactionContext
+    from .learning import LearnedImportance
+
+__all__ = [
+    "DEFAULT_REFERENCE_CAPACITY",
+    "READ_ORIGINAL_GUIDANCE",
+    "ReferenceCache",
+    "default_references",
+    "handle_for",
+    "handle_text",
+    "original_text",
+    "persist_originals",
+    "read_original",
+    "read_original_tool",
+]
+
+DEFAULT_REFERENCE_CAPACITY = 256
+"""Originals a :class:`ReferenceCache` keeps by default."""
+
+HANDLE_RE = re.compile(r"\bctx_[0-9a-f]{12}\b")
+"""A handle anywhere in a text."""
+
+_EXACT = re.compile(r"^ctx_[0-9a-f]{12}$")
+_MAX_LIMIT = 20_000
+_NO_SCOPE = ""
+
+READ_ORIGINAL_GUIDANCE = (
+    "Older content was compacted without loss: wherever you see a handle (ctx_ and 12 hex digits) "
+    "in a truncation label, a cleared tool result or a summary, call read_original with it "
+    "to read the full original; use offset/limit to page through it or pattern to get the "
+    "matching lines only."
+)
+"""System-prompt text telling the model that handles can be read back."""
+
+
+def handle_for(messages: Message | Iterable[Message]) -> str:
+    """The handle of one original message, or of a span of them (a summary's members).
+
+    ``ctx_`` and 12 hex digits of SHA-256 over the messages' fingerprints (duplicates
+    counted once), so it depends on content only and is the same in every run.
+    """
+    items = [messages] if isinstance(messages, Message) else list(messages)
+    prints = dict.fromkeys(m.fingerprint for m in items)
+    digest = hashlib.sha256("\n".join(prints).encode("ascii")).hexdigest()
+    return "ctx_" + digest[:12]
+
+
+def original_text(messages: Message | Sequence[Message]) -> str:
+    """The text kept behind a handle: a message's text (with its reasoning and tool calls
+    when it has them), or a transcript of a span, one block per message."""
+    if isinstance(messages, Message):
+        return _message_text(messages)
+    unique = list({m.fingerprint: m for m in messages}.values())
+    if len(unique) == 1:
+        return _message_text(unique[0])
+    blocks = []
+    for m in unique:
+        who = f"{m.role} ({m.name})" if m.name else m.role
+        blocks.append(f"[{who}]\n{_message_text(m)}")
+    return "\n\n".join(blocks)
+
+
+def _message_text(m: Message) -> str:
+    parts = [m.text] if m.text else []
+    if m.reasoning:
+        parts.append(f"[reasoning]\n{m.reasoning}")
+    parts.extend(f"[tool call {c.name} id={c.id}] {c.arguments}" for c in m.tool_calls)
+    return "\n\n".join(parts)
+
+
+def _keeps_originals(store: Any, conversation_id: str | None) -> bool:
+    return bool(conversation_id) and callable(getattr(store, "put_original", None)) \
+        and callable(getattr(store, "get_original", None))
+
+
+def handle_text(handle: str, context: CompactionContext) -> str:
+    """How a handle is shown to the model: with the tool to call and, when originals live
+    only in memory, how long they stay readable."""
+    if _keeps_originals(context.store, context.conversation_id):
+        return f"{handle} (read_original)"
+    cache = context.references if isinstance(context.references, ReferenceCache) \
+        else default_references()
+    return f"{handle} (read_original; kept in memory for the last {cache.capacity} originals)"
+
+
+class ReferenceCache:
+    """Originals behind handles, in memory, least recently used evicted first (seed 002).
+
+    It has the store's ``put_original``/``get_original`` shape, scoped the same way by
+    conversation. Evicted handles are remembered (up to ``4 * capacity`` of them) so a read
+    answers "expired" instead of "unknown". Thread-safe.
+
+    Args:
+        capacity: the most originals kept (over every conversation).
+    """
+
+    def __init__(self, capacity: int = DEFAULT_REFERENCE_CAPACITY) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ConfigurationError(f"capacity must be an int >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._expired: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"ReferenceCache(capacity={self.capacity}, size={len(self)})"
+
+    def put_original(self, conversation_id: str | None, handle: str, text: str) -> None:
+        """Keep ``text`` behind ``handle`` in this conversation (the newest entry)."""
+        key = (conversation_id or _NO_SCOPE, handle)
+        with self._lock:
+            self._items[key] = text
+            self._items.move_to_end(key)
+            self._expired.pop(key, None)
+            while len(self._items) > self.capacity:
+                old, _ = self._items.popitem(last=False)
+                self._expired[old] = None
+                if len(self._expired) > 4 * self.capacity:
+                    self._expired.popitem(last=False)
+
+    def get_original(self, conversation_id: str | None, handle: str) -> str | None:
+        """The text behind ``handle`` in this conversation (marked recently used), or ``None``."""
+        key = (conversation_id or _NO_SCOPE, handle)
+        with self._lock:
+            text = self._items.get(key)
+            if text is not None:
+                self._items.move_to_end(key)
+            return text
+
+    def expired(self, conversation_id: str | None, handle: str) -> bool:
+        """True when this conversation's ``handle`` was evicted."""
+        return (conversation_id or _NO_SCOPE, handle) in self._expired
+
+    def elsewhere(self, conversation_id: str | None, handle: str) -> bool:
+        """True when ``handle`` is held for a *different* conversation."""
+        scope = conversation_id or _NO_SCOPE
+        with self._lock:
+            return any(h == handle and c != scope for c, h in self._items)
+
+    def clear(self) -> None:
+        """Forget every original."""
+        with self._lock:
+            self._items.clear()
+            self._expired.clear()
+
+
+_DEFAULT = ReferenceCache()
+
+
+def default_references() -> ReferenceCache:
+    """The module-level cache that plain ``compact()``/``acompact()`` calls keep originals in."""
+    return _DEFAULT
+
+
+def persist_originals(
+    view: Sequence[Message], targets: Iterable[Target], *, store: Any = None,
+    cache: ReferenceCache | None = None, conversation_id: str | None = None,
+    learning: LearnedImportance | None = None,
+) -> dict[str, Any]:
+    """Keep the original behind every target's handle (the driver's step after a pass).
+
+    ``view`` is the policy's input (targets index it). Targets sharing a handle are kept as
+    one transcript. Originals go to ``store`` when it keeps them for ``conversation_id``,
+    else to ``cache`` (default: :func:`default_references`). Returns figures for the report.
+    """
+    spans: dict[str, list[Message]] = {}
+    tools: dict[str, str | None] = {}
+    for t in targets:
+        if t.handle and 0 <= t.index < len(view):
+            spans.setdefault(t.handle, []).append(view[t.index])
+            tools.setdefault(t.handle, t.tool_name)
+    if not spans:
+        return {}
+    sink: Any = store if _keeps_originals(store, conversation_id) else (
+        cache if cache is not None else _DEFAULT)
+    chars = 0
+    for handle, members in spans.items():
+        text = original_text(members)
+        sink.put_original(conversation_id, handle, text)
+        chars += len(text)
+        if learning is not None:
+            learning.note_handle(handle, tools[handle])
+    where = "store" if sink is store else "memory"
+    return {"originals_kept": len(spans), "original_chars": chars, "kept_in": where}
+
+
+def _source_parts(source: Any) -> tuple[Any, ReferenceCache | None]:
+    """(store or None, cache or None) of a store, a cache or a ``Compactor``."""
+    if isinstance(source, ReferenceCache):
+        return None, source
+    references = getattr(source, "references", None)
+    if isinstance(references, ReferenceCache):  # a Compactor
+        return getattr(source, "store", None), references
+    return source, None
+
+
+def read_original(
+    source: Any, conversation_id: str | None, handle: Any, *, offset: Any = 0,
+    limit: Any = 4000, pattern: Any = None, learning: LearnedImportance | None = None,
+) -> dict[str, Any]:
+    """Read the original behind ``handle`` in ``conversation_id``, as a tool result.
+
+    Args:
+        source: a store with ``get_original``, a :class:`ReferenceCache`, or a ``Compactor``
+            (its store when that keeps originals, else its cache).
+        conversation_id: the conversation whose handles may be read.
+        handle: a ``ctx_<12 hex>`` handle from the context.
+        offset: the first character of the window.
+        limit: the most characters returned (1 to 20,000).
+        pattern: a regular expression; when given, only the matching lines come back.
+        learning: records what was read (importance that learns).
+
+    Returns a JSON-safe dict; problems come back as ``{"error": ...}`` for the model.
+    """
+    problem = _check_read(handle, offset, limit, pattern)
+    if problem:
+        return {"error": problem}
+    store, cache = _source_parts(source)
+    text = None
+    if store is not None and _keeps_originals(store, conversation_id):
+        text = store.get_original(conversation_id, handle)
+    if text is None and cache is not None:
+        text = cache.get_original(conversation_id, handle)
+    if text is None:
+        return {"error": _missing(cache, conversation_id, handle)}
+    result = _lines(text, pattern, limit) if pattern else _window(text, offset, limit)
+    if learning is not None:
+        learning.record_read(handle, str(result.get("content", "")))
+    return {"handle": handle, "total_chars": len(text), **result}
+
+
+def _check_read(handle: Any, offset: Any, limit: Any, pattern: Any) -> str | None:
+    if not isinstance(handle, str) or not _EXACT.match(handle.strip()):
+        return f"{handle!r} is not a handle; a handle is ctx_ followed by 12 hex digits"
+    for name, value, low in (("offset", offset, 0), ("limit", limit, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            return f"{name} must be an integer >= {low}, got {value!r}"
+    if pattern is not None and not isinstance(pattern, str):
+        return f"pattern must be a string (a regular expression), got {pattern!r}"
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"pattern {pattern!r} is not a valid regular expression: {exc}"
+    return None
+
+
+def _missing(cache: ReferenceCache | None, conversation_id: str | None, handle: str) -> str:
+    if cache is not None and cache.expired(conversation_id, handle):
+        return (f"the original behind {handle} has expired: it was evicted from the in-memory "
+                f"reference cache (which keeps the last {cache.capacity} originals) and can no "
+                "longer be read back; search the history instead if a store is configured")
+    if cache is not None and cache.elsewhere(conversation_id, handle):
+        return f"refused: {handle} belongs to another conversation and cannot be read from here"
+    return (f"no original with handle {handle} in this conversation (handles of other "
+            "conversations cannot be read)")
+
+
+def _window(text: str, offset: int, limit: int) -> dict[str, Any]:
+    limit = min(limit, _MAX_LIMIT)
+    content = text[offset: offset + limit]
+    end = offset + len(content)
+    return {"offset": offset, "returned_chars": len(content), "content": content,
+            "next_offset": end if end < len(text) else None}
+
+
+def _lines(text: str, pattern: str, limit: int) -> dict[str, Any]:
+    """The lines matching ``pattern``; a line longer than :data:`_LONG_LINE` characters
+    comes back as an excerpt around each match instead (``column`` says where)."""
+    regex = re.compile(pattern)
+    limit = min(limit, _MAX_LIMIT)
+    matches: list[dict[str, Any]] = []
+    used = total = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        pieces = _pieces(regex, line)
+        for column, piece in pieces:
+            total += 1
+            if used + len(piece) <= limit:
+                matches.append({"line": number, "column": column, "text": piece})
+                used += len(piece)
+    content = "\n".join(m["text"] for m in matches)
+    return {"pattern": pattern, "match_count": total, "returned": len(matches),
+            "matches": matches, "content": content}
+
+
+_LONG_LINE = 400
+_AROUND = 200
+_MAX_PER_LINE = 200  # excerpts (and counted matches) per long line
+
+
+def _pieces(regex: re.Pattern[str], line: str) -> list[tuple[int, str]]:
+    if len(line) <= _LONG_LINE:
+        return [(0, line)] if regex.search(line) else []
+    out = []
+    for found in regex.finditer(line):
+        start, end = max(0, found.start() - _AROUND), min(len(line), found.end() + _AROUND)
+        head, tail = ("…" if start else ""), ("…" if end < len(line) else "")
+        out.append((found.start(), f"{head}{line[start:end]}{tail}"))
+        if len(out) >= _MAX_PER_LINE:
+            break
+    return out
+
+
+def read_original_tool(
+    source: Any, conversation_id: str | None = None, *,
+    learning: LearnedImportance | None = None,
+) -> SearchToolSpec:
+    """The framework-neutral ``read_original`` tool for one conversation.
+
+    ``source`` is a store, a :class:`ReferenceCache` or a ``Compactor`` (then
+    ``conversation_id`` and ``learning`` default to the compactor's). The adapters wrap it
+    as their own tool type; put :data:`READ_ORIGINAL_GUIDANCE` in the system prompt.
+    """
+    if conversation_id is None:
+        conversation_id = getattr(source, "conversation_id", None)
+    if learning is None and isinstance(getattr(source, "references", None), ReferenceCache):
+        from .learning import learning_of
+
+        learning = learning_of(source.state)
+    scope, learned = conversation_id, learning
+
+    def run(handle: Any = None, offset: Any = 0, limit: Any = 4000,
+            pattern: Any = None) -> dict[str, Any]:
+        return read_original(source, scope, handle, offset=offset, limit=limit,
+                             pattern=pattern, learning=learned)
+
+    return SearchToolSpec("read_original", _DESCRIPTION, _SCHEMA, run)
+
+
+_DESCRIPTION = (
+    "Read the full original of compacted content: pass the ctx_... handle shown in a "
+    "truncation label, a cleared tool result or a summary. Returns a window of the text "
+    "(offset/limit characters; next_offset pages on) or, with pattern (a regular "
+    "expression), only the matching lines."
+)
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["handle"],
+    "additionalProperties": False,
+    "properties": {
+        "handle": {"type": "string", "description": "The handle: ctx_ and 12 hex digits."},
+        "offset": {"type": "integer", "minimum": 0, "default": 0,
+                   "description": "First character to return."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": _MAX_LIMIT, "default": 4000,
+                  "description": "Most characters to return."},
+        "pattern": {"type": "string",
+                    "description": "A regular expression: return only the matching lines."},
+    },
+}

@@ -1,0 +1,171 @@
+"""Fitting a composed context into the budget by shrinking tool results head+tail.
+
+Shared by the loop-slice, turn-aware and summary policies. Everything works on a fresh
+list the policy built (never on its input) and keeps every message in place: a tool result
+is shortened, never removed, so a loop is never split. Pinned messages are never shrunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from .._messages.model import Message, TextPart
+from ..policy import CompactionContext, Target
+from .head_tail import HeadTail, truncate_head_tail
+
+__all__ = [
+    "Fits",
+    "fits_budget",
+    "originals",
+    "same",
+    "shrink_largest_first",
+    "shrink_message",
+    "squeeze",
+    "targets",
+]
+
+Fits = Callable[[Sequence[Message]], bool]
+"""True when a candidate output fits the budget."""
+
+
+def fits_budget(context: CompactionContext) -> Fits:
+    """The budget check every policy output must pass: messages plus fixed parts."""
+    limit = context.budget.input_budget
+
+    def fits(candidate: Sequence[Message]) -> bool:
+        return context.measure(candidate) <= limit
+
+    return fits
+
+
+def shrink_message(
+    message: Message, shape: HeadTail, max_chars: int | None = None, handle: str | None = None,
+) -> Message:
+    """``message`` with its text cut head+tail (seed 004's label, naming ``handle`` when
+    given); non-text parts are replaced by a one-line note. Returns ``message`` itself when
+    nothing would shrink."""
+    if message.is_pinned:
+        return message
+    text = message.text
+    cut = truncate_head_tail(text, shape, max_chars=max_chars, handle=handle)
+    if isinstance(message.content, str):
+        return message if cut == text else replace(message, content=cut)
+    others = sum(1 for p in message.content if not isinstance(p, TextPart))
+    if not others and cut == text:
+        return message
+    if others:
+        cut = f"[{others} non-text part(s) omitted from context]\n{cut}"
+    return replace(message, content=cut)
+
+
+def shrink_largest_first(
+    out: list[Message], positions: Sequence[int], fits: Fits, shape: HeadTail,
+    context: CompactionContext | None = None,
+) -> bool:
+    """Shrink the messages at ``positions`` of ``out`` (in place) with ``shape``, largest
+    first, until ``out`` fits. Shrunk messages stay shrunk when it still does not fit.
+    With ``context`` each label names the original's ``ctx_`` handle."""
+    for k in sorted(positions, key=lambda k: _size(out[k]), reverse=True):
+        if fits(out):
+            return True
+        out[k] = shrink_message(out[k], shape, handle=_ref(out[k], context))
+    return fits(out)
+
+
+def _ref(original: Message, context: CompactionContext | None) -> str | None:
+    """How the label names ``original``'s handle (``None`` without a context)."""
+    if context is None:
+        return None
+    from .._lossless.references import handle_for, handle_text
+
+    return handle_text(handle_for(original), context)
+
+
+def squeeze(
+    out: list[Message],
+    positions: Sequence[int],
+    originals: Sequence[Message],
+    fits: Fits,
+    shape: HeadTail,
+    context: CompactionContext | None = None,
+) -> bool:
+    """Cut every message at ``positions`` from its original (``originals``, same order) to
+    the largest common head+tail size that fits, found by bisection. With ``context`` each
+    label names the original's ``ctx_`` handle (bare when the labels with the tool's name do not
+    fit, left out when not even those fit).
+
+    Returns False, leaving ``out`` unchanged, when even labels alone do not fit.
+    """
+    refs = [_ref(original, context) for original in originals]
+
+    def build(cap: int) -> list[Message]:
+        candidate = list(out)
+        for k, original, ref in zip(positions, originals, refs, strict=True):
+            candidate[k] = shrink_message(original, shape, max_chars=cap, handle=ref)
+        return candidate
+
+    if positions and context is not None and not fits(build(0)):
+        from .._lossless.references import handle_for
+
+        refs = [handle_for(original) for original in originals]  # the bare handles
+        if not fits(build(0)):
+            refs = [None] * len(originals)  # no room even for those: plain labels
+    if not positions or not fits(build(0)):
+        return False
+    lo, hi = 0, max(sum(shape.sizes(len(m.text))) for m in originals)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(build(mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    out[:] = build(lo)
+    return True
+
+
+def targets(
+    before: Sequence[Message],
+    after: Sequence[Message],
+    origins: Sequence[int | None],
+    context: CompactionContext,
+) -> list[Target]:
+    """A ``"truncated"`` target for each position where ``after`` replaced ``before``, with
+    the handle of the original (the driver keeps it readable)."""
+    from .._lossless.references import handle_for
+
+    found: list[Target] = []
+    count = context.counter.count_message
+    for old, new, origin in zip(before, after, origins, strict=False):
+        if new is old or origin is None:
+            continue
+        found.append(
+            Target(
+                index=origin,
+                role=old.role,
+                method="truncated",
+                original_tokens=count(old),
+                new_tokens=count(new),
+                tool_name=old.name if old.role == "tool" else None,
+                handle=handle_for(old),
+            )
+        )
+    return found
+
+
+def originals(
+    messages: Sequence[Message], out: Sequence[Message], origins: Sequence[int | None]
+) -> list[Message]:
+    """What each output position held in the input (the output message when synthetic)."""
+    return [messages[o] if o is not None else m for m, o in zip(out, origins, strict=True)]
+
+
+def same(out: Sequence[Message], messages: Sequence[Message]) -> bool:
+    """True when ``out`` holds exactly the message objects of ``messages``, in order."""
+    return len(out) == len(messages) and all(
+        a is b for a, b in zip(out, messages, strict=True)
+    )
+
+
+def _size(message: Message) -> int:
+    return len(message.text) + 2_000 * len(message.images)

@@ -1,0 +1,80 @@
+"""Head+tail truncation of long text with a visible label (seed 004).
+
+Shared by every policy that shrinks a message instead of dropping it, so the label the
+model sees is the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+
+__all__ = ["HeadTail", "truncate_head_tail", "truncation_label"]
+
+
+@dataclass(frozen=True, slots=True)
+class HeadTail:
+    """Proportional head and tail sizes (seed 004: 15% up to 6,000 chars, 8% up to 3,000)."""
+
+    head_ratio: float = 0.15
+    """Share of the original kept at the start."""
+    head_cap: int = 6_000
+    """Most characters kept at the start."""
+    tail_ratio: float = 0.08
+    """Share of the original kept at the end."""
+    tail_cap: int = 3_000
+    """Most characters kept at the end."""
+
+    def __post_init__(self) -> None:
+        for name in ("head_ratio", "tail_ratio"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ConfigurationError(f"{name} must be in [0, 1), got {value}")
+        if self.head_ratio + self.tail_ratio >= 1:
+            raise ConfigurationError(
+                f"head_ratio + tail_ratio must be < 1, got {self.head_ratio + self.tail_ratio}"
+            )
+        for name in ("head_cap", "tail_cap"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def sizes(self, length: int) -> tuple[int, int]:
+        """Characters kept at the head and at the tail of a text of ``length`` characters."""
+        return (
+            min(int(length * self.head_ratio), self.head_cap),
+            min(int(length * self.tail_ratio), self.tail_cap),
+        )
+
+
+def truncation_label(original: int, head: int, tail: int, handle: str | None = None) -> str:
+    """The label placed between head and tail (seed 004), with a read-back handle if any."""
+    omitted = original - head - tail
+    label = (
+        f"[TRUNCATED — {original:,} chars original, {omitted:,} chars omitted, "
+        f"showing first {head:,} + last {tail:,} chars]"
+    )
+    if handle:
+        label = label[:-1] + f"; full text: {handle}]"
+    return label
+
+
+def truncate_head_tail(
+    text: str, shape: HeadTail | None = None, *, handle: str | None = None,
+    max_chars: int | None = None,
+) -> str:
+    """``text`` cut to its head and tail with a label between them.
+
+    ``max_chars`` caps head+tail further (both shrink in proportion) for callers that must
+    reach a size. Text that would not get shorter is returned unchanged.
+    """
+    shape = shape or HeadTail()
+    head, tail = shape.sizes(len(text))
+    if max_chars is not None and head + tail > max_chars:
+        total = head + tail
+        head = head * max_chars // total if total else 0
+        tail = max_chars - head if total else 0
+    label = truncation_label(len(text), head, tail, handle)
+    if head + tail + len(label) + 2 >= len(text):
+        return text
+    return f"{text[:head]}\n{label}\n{text[len(text) - tail:] if tail else ''}"

@@ -1,0 +1,118 @@
+"""Identifier extraction: the reference values a summary must never drop.
+
+Ids, order and reference numbers, emails, URLs, dates and times, money amounts and file
+paths, found verbatim and in order of first appearance. Shared by the extractive
+summarizer (its DATA section), summary verification (what an LLM summary left out) and
+the fidelity evaluation.
+
+One compiled pattern, scanned once left to right, so extraction is linear in the text.
+At any position the more specific kind wins (a URL before the path or id inside it)::
+
+    >>> extract_identifiers("Order #KT-9284 for ana@example.com ships 2026-07-09, $1,204.50")
+    ['#KT-9284', 'ana@example.com', '2026-07-09', '$1,204.50']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from .._messages.model import Message
+
+__all__ = ["extract_identifiers", "identifiers_of", "message_identifiers"]
+
+_MONTHS = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
+_CURRENCY_WORDS = r"(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|dollars?|euros?|pounds?)"
+
+# Order matters: at one position the first alternative that matches is taken.
+_KINDS: tuple[tuple[str, str], ...] = (
+    ("url", r"\b(?:https?|ftp|s3|file)://[^\s<>\"'`)\]}]+"),
+    ("email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
+    (
+        "date",
+        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+        r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+        rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b"
+        rf"|\b\d{{1,2}} {_MONTHS} \d{{4}}\b"
+        r"|\b\d{1,2}:\d{2}(?::\d{2})? ?(?:[AaPp][Mm]\b|[ap]\.m\.)",
+    ),
+    (
+        "amount",
+        r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:[kKmM]|bn|million|billion)\b)?"
+        rf"|\b\d[\d,]*(?:\.\d+)?\s?{_CURRENCY_WORDS}\b",
+    ),
+    (
+        "path",
+        r"(?<![\w/.:-])(?:[A-Za-z]:\\(?:[\w .-]+\\)*[\w.-]+"
+        r"|(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
+        r"|(?:[\w.@+-]+/)+[\w@+-]+\.[A-Za-z0-9]{1,8})(?![\w/])",
+    ),
+    (
+        "ref",
+        r"#[A-Za-z0-9][\w-]*\d[\w-]*|#\d+|\b[A-Z]{1,6}-\d{2,}(?:-[A-Z0-9]+)*\b"
+        r"|(?<=ending in )\d{3,}\b",  # "the card ending in 9725"
+    ),
+    # Tokens that mix letters and digits (HAT001, 4WQ150, mia_li_3668, a UUID, a hash),
+    # or long digit runs (order and phone numbers).
+    (
+        "id",
+        r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{3,}[A-Za-z0-9]\b"
+        r"|\b\d{5,}\b",
+    ),
+)
+
+_PATTERN = re.compile("|".join(f"(?P<{kind}>{rx})" for kind, rx in _KINDS))
+_TRAILING = ".,;:!?"
+# Tokens of the id kind that are words of the trade or numbered field names ("address1"),
+# not references.
+_NOISE = re.compile(
+    r"(?i)^(?:utf-?8|utf-?16|sha-?\d+|md5|base64|x86_64|amd64|arm64|ipv[46]|http[s2]?|"
+    r"mp[34]|h26[45]|gpt-[\w.-]+|o\d(?:-\w+)?|[a-z]+\d?d|[a-z]+_?\d)$"
+)
+
+
+def extract_identifiers(text: str) -> list[str]:
+    """Every identifier in ``text``, verbatim, deduplicated, in order of first appearance.
+
+    Finds URLs, emails, dates and times, money amounts, file paths, reference numbers
+    (``#KT-9284``, ``ABC-123``) and ids that mix letters and digits (``HAT001``,
+    ``mia_li_3668``, UUIDs, hashes) or are long digit runs (``4155550123``).
+    """
+    seen: dict[str, None] = {}
+    for match in _PATTERN.finditer(text):
+        value = match.group()
+        kind = match.lastgroup
+        if kind in ("url", "path"):
+            value = value.rstrip(_TRAILING)
+        if kind == "id" and _NOISE.match(value):
+            continue
+        if kind == "path" and "/" not in value.strip("/") and "\\" not in value:
+            continue  # "/" alone or "/usr": a single segment is too vague to be a path
+        if value and value not in seen:
+            seen[value] = None
+    return list(seen)
+
+
+def message_identifiers(messages: Sequence[Message] | Iterable[Message]) -> list[str]:
+    """The identifiers of several messages (text and tool-call arguments), in order."""
+    seen: dict[str, None] = {}
+    for m in messages:
+        for value in identifiers_of(m):
+            seen.setdefault(value, None)
+    return list(seen)
+
+
+def identifiers_of(message: Message) -> tuple[str, ...]:
+    """The identifiers of one message's text and tool-call arguments, cached on the
+    (immutable) message like its token counts."""
+    cached: tuple[str, ...] | None = message.__dict__.get("_identifiers")
+    if cached is None:
+        text = message.text
+        if message.tool_calls:
+            text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
+        cached = tuple(extract_identifiers(text))
+        object.__setattr__(message, "_identifiers", cached)
+    return cached

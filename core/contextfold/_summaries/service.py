@@ -1,0 +1,363 @@
+"""Answers policies' summary requests: cache, split, retry, verify, fall back.
+
+The flow is written once, as a generator of *effects* (``_Call``: run the summarizer on a
+request; ``_Sleep``: wait before a retry), and two thin drivers perform the effects with a
+sync or an async summarizer (the sans-IO shape of httpx's auth flows)::
+
+    cache hit? ── yes ──> reply (origin "cache"; no call counted)
+       │ no
+    fits the summarizer's window? ── no ──> split into parts, summarize each, merge them
+       │ yes
+    call with retries and exponential backoff ── all failed ──> extractive fallback
+       │                                                        (or None: the policy's notice)
+    verify: identifiers of the originals missing from the text are appended under DATA
+       │
+    cache it, reply
+
+A failing summarizer never becomes the summary and never deletes history: its error is
+recorded in the notes and the reply falls back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from .._counting.counters import EstimatingCounter, TokenCounter
+from ..errors import ConfigurationError, SummarizerError
+from ..policy import SummaryReply, SummaryRequest
+from .cache import SummaryCache
+from .extractive import ExtractiveSummarizer
+from .identifiers import message_identifiers
+from .split import append_to_data, merge_request, split_request
+
+__all__ = ["OnSummaryFailure", "RetryPolicy", "SummaryService"]
+
+T = TypeVar("T")
+OnSummaryFailure = Literal["extractive", "notice"]
+_MAX_DEPTH = 4
+_PUNCTUATION = ".,;:!?()[]{}<>\"'`*"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failing summarizer is retried (seed 004: 5 tries,
+    waiting 1, 2, 4, 8 s between them, at most 16 s). Use zero delays in tests:
+    ``RetryPolicy(base_delay=0)``."""
+
+    max_attempts: int = 5
+    """Calls per request before giving up, the first included."""
+    base_delay: float = 1.0
+    """Seconds to wait after the first failure."""
+    factor: float = 2.0
+    """Each wait is this many times the previous one."""
+    max_delay: float = 16.0
+    """The longest wait."""
+    timeout: float | None = None
+    """Seconds one call may take before it counts as failed (``None``: no limit)."""
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+    """How the sync driver waits."""
+    asleep: Callable[[float], Awaitable[None]] = field(
+        default=asyncio.sleep, compare=False, repr=False
+    )
+    """How the async driver waits."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ConfigurationError(
+                f"delays must be >= 0, got base_delay={self.base_delay}, max_delay={self.max_delay}"
+            )
+        if self.factor < 1:
+            raise ConfigurationError(f"factor must be >= 1, got {self.factor}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigurationError(f"timeout must be > 0 or None, got {self.timeout}")
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
+        return float(min(self.base_delay * self.factor ** (failures - 1), self.max_delay))
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    request: SummaryRequest
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    text: str | None
+    error: BaseException | None = None
+
+
+_Flow = Generator["_Call | _Sleep", "_Outcome | None", T]
+
+
+class _Failed(Exception):
+    def __init__(self, request: SummaryRequest, error: BaseException, attempts: int) -> None:
+        super().__init__(str(error))
+        self.request = request
+        self.error = error
+        self.attempts = attempts
+
+
+class SummaryService:
+    """Runs one summarizer for a compaction pass, safely, and counts what it did.
+
+    Args:
+        summarizer: a ``Summarizer`` and/or ``AsyncSummarizer``; default
+            :class:`ExtractiveSummarizer` (no LLM: no cache, retries or verification).
+        counter: measures requests against the summarizer's window (``max_input_tokens``
+            on the summarizer or the request).
+        retry: retry and backoff settings.
+        cache: a content-hash cache shared across passes.
+        on_failure: ``"extractive"`` replies with the extractive summary when the
+            summarizer failed; ``"notice"`` replies ``None`` so the policy writes its notice.
+    """
+
+    def __init__(
+        self,
+        summarizer: Any = None,
+        *,
+        counter: TokenCounter | None = None,
+        retry: RetryPolicy | None = None,
+        cache: SummaryCache | None = None,
+        on_failure: OnSummaryFailure = "extractive",
+    ) -> None:
+        if on_failure not in ("extractive", "notice"):
+            raise ConfigurationError(
+                f"on_summary_failure must be 'extractive' or 'notice', got {on_failure!r}"
+            )
+        self.counter = counter or EstimatingCounter()
+        self.fallback = ExtractiveSummarizer(counter=counter)
+        self.summarizer = summarizer if summarizer is not None else self.fallback
+        self.llm = not isinstance(self.summarizer, ExtractiveSummarizer)
+        self.retry = retry or RetryPolicy()
+        self.cache = cache
+        self.on_failure = on_failure
+        self.llm_calls = 0
+        """Calls to an LLM summarizer (the extractive one and cache hits excluded)."""
+        self.counts = dict.fromkeys(
+            ("summarizer_calls", "cache_hits", "retries", "splits", "fallbacks", "failures",
+             "verified_missing", "verified_unfit"), 0,
+        )
+        """Figures for the report: every call, hits, retries, splits, fallbacks..."""
+        self.notes: list[str] = []
+        """Remarks for the report (failures, fallbacks, verification)."""
+
+    def details(self) -> dict[str, int]:
+        """The pass's figures, for ``CompactionReport.details["summary"]``."""
+        return {"llm_calls": self.llm_calls, **self.counts}
+
+    # -- drivers ---------------------------------------------------------------------
+
+    def answer(self, request: SummaryRequest) -> SummaryReply:
+        """Answer ``request`` synchronously."""
+        flow = self._flow(request)
+        try:
+            effect = next(flow)
+            while True:
+                if isinstance(effect, _Sleep):
+                    if effect.seconds > 0:
+                        self.retry.sleep(effect.seconds)
+                    effect = flow.send(None)
+                else:
+                    effect = flow.send(self._call_sync(effect.request))
+        except StopIteration as stop:
+            reply: SummaryReply = stop.value
+            return reply
+
+    async def aanswer(self, request: SummaryRequest) -> SummaryReply:
+        """Answer ``request`` asynchronously: ``asummarize`` when the summarizer has it,
+        else its ``summarize`` is called in place."""
+        flow = self._flow(request)
+        try:
+            effect = next(flow)
+            while True:
+                if isinstance(effect, _Sleep):
+                    if effect.seconds > 0:
+                        await self.retry.asleep(effect.seconds)
+                    effect = flow.send(None)
+                else:
+                    effect = flow.send(await self._call_async(effect.request))
+        except StopIteration as stop:
+            reply: SummaryReply = stop.value
+            return reply
+
+    def _call_sync(self, request: SummaryRequest) -> _Outcome:
+        method = getattr(self.summarizer, "summarize", None)
+        if method is None:
+            raise ConfigurationError(
+                f"{type(self.summarizer).__name__} is async only (no summarize); use acompact"
+            )
+        try:
+            if self.retry.timeout is None:
+                return _checked(method(request))
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            try:  # a call that overran is left to finish in its thread, unobserved
+                future = pool.submit(method, request)
+                return _checked(future.result(timeout=self.retry.timeout))
+            finally:
+                pool.shutdown(wait=False)
+        except Exception as exc:
+            return _Outcome(None, exc)
+
+    async def _call_async(self, request: SummaryRequest) -> _Outcome:
+        method = getattr(self.summarizer, "asummarize", None)
+        try:
+            if method is None:
+                return self._call_sync(request)
+            if self.retry.timeout is None:
+                return _checked(await method(request))
+            return _checked(await asyncio.wait_for(method(request), self.retry.timeout))
+        except Exception as exc:
+            return _Outcome(None, exc)
+
+    # -- the flow (written once) -----------------------------------------------------
+
+    def _flow(self, request: SummaryRequest) -> _Flow[SummaryReply]:
+        if not self.llm:
+            self.counts["summarizer_calls"] += 1
+            outcome = yield _Call(request)
+            if outcome is not None and outcome.text is not None:
+                return SummaryReply(text=outcome.text)
+            error = outcome.error if outcome else None
+            return self._give_up(_Failed(request, error or SummarizerError("no summary"), 1))
+        key = request.cache_key
+        cached = self._cache_get(key)
+        if cached is not None:
+            return SummaryReply(text=cached, origin="cache")
+        try:
+            text = yield from self._summarize(request, 0)
+        except _Failed as failed:  # the whole request falls back, not only the failed part
+            return self._give_up(_Failed(request, failed.error, failed.attempts))
+        text = self._verify(request, text)
+        self._cache_put(key, text)
+        return SummaryReply(text=text)
+
+    def _summarize(self, request: SummaryRequest, depth: int) -> _Flow[str]:
+        window = _window(self.summarizer, request)
+        if window is None or depth >= _MAX_DEPTH or self._input_tokens(request) <= window:
+            return (yield from self._attempts(request))
+        parts = split_request(request, window, self.counter)
+        if len(parts) < 2:
+            return (yield from self._attempts(request))
+        self.counts["splits"] += 1
+        texts: list[str] = []
+        for part in parts:
+            cached = self._cache_get(part.cache_key)
+            if cached is None:
+                cached = yield from self._attempts(part)
+                self._cache_put(part.cache_key, cached)
+            texts.append(cached)
+        return (yield from self._summarize(merge_request(request, texts), depth + 1))
+
+    def _attempts(self, request: SummaryRequest) -> _Flow[str]:
+        error: BaseException = SummarizerError("no attempt made")
+        for attempt in range(1, self.retry.max_attempts + 1):
+            self.counts["summarizer_calls"] += 1
+            self.llm_calls += 1
+            outcome = yield _Call(request)
+            if outcome is not None and outcome.text is not None:
+                return outcome.text
+            error = outcome.error if outcome and outcome.error else SummarizerError("no summary")
+            if attempt < self.retry.max_attempts:
+                self.counts["retries"] += 1
+                yield _Sleep(self.retry.delay(attempt))
+        raise _Failed(request, error, self.retry.max_attempts)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _give_up(self, failed: _Failed) -> SummaryReply:
+        self.counts["failures"] += 1
+        error = f"{type(failed.error).__name__}: {failed.error}"
+        what = f"summarizer failed after {failed.attempts} attempt(s) ({error})"
+        if self.on_failure == "extractive" and self.llm:
+            try:
+                text = self.fallback.summarize(failed.request)
+            except Exception as exc:  # a bug in the fallback must not lose history either
+                error = f"{error}; extractive fallback: {type(exc).__name__}: {exc}"
+            else:
+                self.counts["fallbacks"] += 1
+                self.notes.append(f"{what}; used the extractive summary")
+                return SummaryReply(text=text, origin="fallback", error=error)
+        self.notes.append(f"{what}; no summary (the policy writes its notice)")
+        return SummaryReply(text=None, origin="failed", error=error)
+
+    def _verify(self, request: SummaryRequest, text: str) -> str:
+        """Append the originals' identifiers the summary lacks under DATA, within the size
+        hint; what does not fit is counted and named in the notes, never dropped silently."""
+        # Most identifiers appear as whole words: a set of the text's words answers for
+        # them; only the rest (multi-word dates and amounts, or missing) need a substring scan.
+        words = text.split()
+        present = {*words, *(w.strip(_PUNCTUATION) for w in words)}
+        missing = [
+            v for v in message_identifiers(request.messages) if v not in present and v not in text
+        ]
+        if not missing:
+            return text
+        fitting = missing
+        if request.max_tokens is not None:
+            room = request.max_tokens - self.counter.count_text(text) - 4
+            fitting = []
+            for value in missing:
+                room -= self.counter.count_text(value) + 2
+                if room < 0:
+                    break
+                fitting.append(value)
+        self.counts["verified_missing"] += len(fitting)
+        self.counts["verified_unfit"] += len(missing) - len(fitting)
+        if fitting:
+            self.notes.append(
+                f"verification: appended {len(fitting)} identifier(s) missing from the summary "
+                "to DATA"
+            )
+        if len(fitting) < len(missing):
+            self.notes.append(
+                f"verification: {len(missing) - len(fitting)} identifier(s) missing from the "
+                f"summary did not fit its size hint ({request.max_tokens} tokens), e.g. "
+                f"{', '.join(missing[len(fitting):][:3])}"
+            )
+        return append_to_data(text, fitting) if fitting else text
+
+    def _input_tokens(self, request: SummaryRequest) -> int:
+        return self.counter.count_messages(request.messages) + self.counter.count_text(
+            request.instructions
+        )
+
+    def _cache_get(self, key: str) -> str | None:
+        text = self.cache.get(key) if self.cache is not None else None
+        if text is not None:
+            self.counts["cache_hits"] += 1
+        return text
+
+    def _cache_put(self, key: str, text: str) -> None:
+        if self.cache is not None:
+            self.cache.put(key, text)
+
+
+def _checked(text: object) -> _Outcome:
+    if not isinstance(text, str):
+        return _Outcome(None, SummarizerError(f"summarizer returned {type(text).__name__}"))
+    if not text.strip():
+        return _Outcome(None, SummarizerError("summarizer returned an empty summary"))
+    return _Outcome(text)
+
+
+def _window(summarizer: Any, request: SummaryRequest) -> int | None:
+    """The summarizer's input window: the request's ``max_input_tokens`` or the summarizer's."""
+    for value in (getattr(request, "max_input_tokens", None),
+                  getattr(summarizer, "max_input_tokens", None)):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+

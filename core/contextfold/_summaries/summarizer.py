@@ -1,0 +1,78 @@
+"""The summarizer protocol and the scripted test double.
+
+A summarizer turns a :class:`SummaryRequest` into text. Sync summarizers implement
+``summarize``; async ones ``asummarize``; a class may implement both. Retries, splitting,
+caching, verification and fallback are added around any summarizer by the summary
+service, so implementations stay small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
+
+from ..policy import SummaryRequest
+
+__all__ = ["AsyncSummarizer", "ScriptedSummarizer", "Summarizer"]
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Makes a summary synchronously."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        """The summary text for ``request``; raise on failure (never return error text)."""
+        ...
+
+
+@runtime_checkable
+class AsyncSummarizer(Protocol):
+    """Makes a summary asynchronously."""
+
+    async def asummarize(self, request: SummaryRequest) -> str:
+        """The summary text for ``request``; raise on failure."""
+        ...
+
+
+class ScriptedSummarizer:
+    """A summarizer for tests: answers from a script and records every request.
+
+    Each script item is a string (returned), an exception instance (raised) or a callable
+    taking the request. When the script runs out, ``default`` is used (a callable or text);
+    with no default a ``RuntimeError`` says so.
+
+    Example::
+
+        s = ScriptedSummarizer(["first summary", TimeoutError("down"), "third"])
+    """
+
+    def __init__(
+        self,
+        script: Iterable[str | BaseException | Callable[[SummaryRequest], str]] = (),
+        *,
+        default: str | Callable[[SummaryRequest], str] | None = None,
+    ) -> None:
+        self._script = list(script)
+        self.default = default
+        self.requests: list[SummaryRequest] = []
+        """Every request received, in order."""
+
+    @property
+    def calls(self) -> int:
+        """How many requests were received."""
+        return len(self.requests)
+
+    def summarize(self, request: SummaryRequest) -> str:
+        self.requests.append(request)
+        item: str | BaseException | Callable[[SummaryRequest], str] | None
+        item = self._script.pop(0) if self._script else self.default
+        if item is None:
+            raise RuntimeError("ScriptedSummarizer: script exhausted and no default given")
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item):
+            return item(request)
+        return item
+
+    async def asummarize(self, request: SummaryRequest) -> str:
+        return self.summarize(request)

@@ -1,0 +1,15 @@
+"""System prompts: layered prompt files, temporal context, and conditional prompt segments
+assembled under a token budget."""
+
+from ._loader import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
+from ._segments import AssembledPrompt, PromptSegment, PromptSegmentRegistry
+
+__all__ = [
+    "AssembledPrompt",
+    "LoadedPrompt",
+    "PromptLoader",
+    "PromptSegment",
+    "PromptSegmentRegistry",
+    "TemporalContext",
+    "session_started_marker",
+]

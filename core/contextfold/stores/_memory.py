@@ -1,0 +1,202 @@
+"""``MemoryStore``: the whole contract in process memory, for tests and short scripts.
+
+Nothing survives the process. Search ranks with BM25 over lower-cased words (no stemming),
+so results follow the SQL backends closely without a database.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from .._messages.model import Message
+from ._base import BaseStore, SearchHit, SearchKind
+from ._codec import encode, search_text
+from ._snippet import make_snippet, snippet_pattern
+
+__all__ = ["MemoryStore"]
+
+_WORDS = re.compile(r"\w+", re.UNICODE)
+_SYSTEM_ROLES = ("system", "developer")
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    row_id: int
+    owner: str
+    position: int
+    message: Message
+
+
+class MemoryStore(BaseStore):
+    """An in-memory store implementing every capability; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._rows: dict[str, list[_Row]] = {}
+        self._next_position: dict[str, int] = {}
+        self._broadcasts: dict[str, list[_Row]] = {}
+        self._by_id: dict[tuple[str, int], _Row] = {}
+        self._members: dict[str, dict[str, None]] = {}
+        self._summaries: dict[str, str] = {}
+        self._originals: dict[tuple[str, str], str] = {}
+        self._next_row = 1
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(conversations={len(self._rows)})"
+
+    # -- history --------------------------------------------------------------------------
+
+    def _append(self, conversation_id: str, messages: list[Message]) -> None:
+        for message in messages:
+            encode(message)  # refuse what a database could not store, like the SQL stores
+        with self._lock:
+            rows = self._rows.setdefault(conversation_id, [])
+            position = self._next_position.get(conversation_id, 0)
+            for message in messages:
+                row = _Row(self._next_row, conversation_id, position, message)
+                rows.append(row)
+                self._by_id["m", row.row_id] = row
+                self._next_row += 1
+                position += 1
+            self._next_position[conversation_id] = position
+
+    def _load(self, conversation_id: str, limit: int | None) -> list[Message]:
+        with self._lock:
+            rows = self._rows.get(conversation_id, [])
+            chosen = rows if limit is None else rows[-limit:]
+            return [r.message for r in chosen]
+
+    def _system_message(self, conversation_id: str) -> Message | None:
+        with self._lock:
+            for row in self._rows.get(conversation_id, []):
+                if row.message.role in _SYSTEM_ROLES:
+                    return row.message
+        return None
+
+    def _clear(self, conversation_id: str) -> None:
+        with self._lock:
+            for row in self._rows.pop(conversation_id, []):
+                del self._by_id["m", row.row_id]
+            self._next_position.pop(conversation_id, None)
+            for key in [k for k in self._originals if k[0] == conversation_id]:
+                del self._originals[key]
+
+    # -- search -----------------------------------------------------------------------------
+
+    def _search(
+        self, kind: SearchKind, owner: str, terms: list[str], limit: int
+    ) -> list[SearchHit]:
+        with self._lock:
+            rows = list(self._broadcasts.get(owner, []) if kind == "broadcasts"
+                        else self._rows.get(owner, []))
+        texts = [_text(kind, r.message) for r in rows]
+        scored = _bm25(texts, [w.lower() for t in terms for w in _WORDS.findall(t)])
+        prefix = "b" if kind == "broadcasts" else "m"
+        pattern = snippet_pattern(terms)
+        hits = [
+            SearchHit(
+                message=rows[i].message, conversation_id=owner, position=rows[i].position,
+                role=rows[i].message.role, source=rows[i].message.source,
+                snippet=make_snippet(texts[i], pattern), created_at=rows[i].message.created_at,
+                score=score, handle=f"{prefix}:{rows[i].row_id}",
+            )
+            for i, score in scored
+        ]
+        hits.sort(key=lambda h: (-h.score, -h.position))
+        return hits[:limit]
+
+    def _fetch(self, kind: Literal["m", "b"], row_id: int) -> tuple[str, Message] | None:
+        with self._lock:
+            row = self._by_id.get((kind, row_id))
+        return None if row is None else (row.owner, row.message)
+
+    # -- broadcasts -------------------------------------------------------------------------
+
+    def _join_swarm(self, conversation_id: str, swarm_id: str) -> None:
+        with self._lock:
+            self._members.setdefault(swarm_id, {})[conversation_id] = None
+
+    def _swarm_members(self, swarm_id: str) -> list[str]:
+        with self._lock:
+            return list(self._members.get(swarm_id, {}))
+
+    def _swarms_of(self, conversation_id: str) -> list[str]:
+        with self._lock:
+            return [s for s, members in self._members.items() if conversation_id in members]
+
+    def _broadcast(self, swarm_id: str, message: Message, recipients: list[str]) -> None:
+        with self._lock:
+            log = self._broadcasts.setdefault(swarm_id, [])
+            row = _Row(self._next_row, swarm_id, len(log), message)
+            self._next_row += 1
+            log.append(row)
+            self._by_id["b", row.row_id] = row
+            for conversation_id in recipients:
+                self._join_swarm(conversation_id, swarm_id)
+                self._append(conversation_id, [message])
+
+    def _latest_broadcast(self, conversation_id: str) -> Message | None:
+        with self._lock:
+            for row in reversed(self._rows.get(conversation_id, [])):
+                if row.message.source == "broadcast":
+                    return row.message
+        return None
+
+    def _latest_commander_broadcast(self, swarm_ids: Iterable[str]) -> Message | None:
+        with self._lock:
+            candidates = [
+                row for swarm in swarm_ids for row in self._broadcasts.get(swarm, [])
+                if row.message.sender_id == ""
+            ]
+        return max(candidates, key=lambda r: r.row_id).message if candidates else None
+
+    # -- summaries and originals ------------------------------------------------------------
+
+    def _get_summary(self, key: str) -> str | None:
+        return self._summaries.get(key)
+
+    def _put_summary(self, key: str, text: str) -> None:
+        with self._lock:
+            self._summaries[key] = text
+
+    def _put_original(self, conversation_id: str, handle: str, text: str) -> None:
+        with self._lock:
+            self._originals[conversation_id, handle] = text
+
+    def _get_original(self, conversation_id: str, handle: str) -> str | None:
+        return self._originals.get((conversation_id, handle))
+
+
+def _text(kind: SearchKind, message: Message) -> str:
+    if kind == "reasoning":
+        return message.reasoning or ""
+    return message.text if kind == "broadcasts" else search_text(message)
+
+
+def _bm25(texts: list[str], words: list[str], k1: float = 1.2, b: float = 0.75
+          ) -> list[tuple[int, float]]:
+    """``(index, score)`` of the texts holding every word, scored with BM25."""
+    if not words:
+        return []
+    docs = [Counter(w.lower() for w in _WORDS.findall(t)) for t in texts]
+    lengths = [sum(d.values()) for d in docs]
+    average = (sum(lengths) / len(docs)) if docs else 0.0
+    wanted = set(words)
+    frequency = {w: sum(1 for d in docs if w in d) for w in wanted}
+    out = []
+    for i, doc in enumerate(docs):
+        if not all(w in doc for w in wanted):
+            continue
+        score = 0.0
+        for w in wanted:
+            idf = math.log(1 + (len(docs) - frequency[w] + 0.5) / (frequency[w] + 0.5))
+            tf = doc[w]
+            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[i] / (average or 1)))
+        out.append((i, score))
+    return out

@@ -1,0 +1,340 @@
+"""``SQLiteStore``: the default store, an embedded SQLite file through stdlib ``sqlite3``.
+
+- WAL journal with ``synchronous=FULL``: ``append`` is durable when it returns, readers
+  never block the writer, and a killed process leaves every committed message readable.
+- One ``BEGIN IMMEDIATE`` transaction per ``append``: positions come from the table under
+  the write lock, so many processes can append to one file without losing or reordering.
+- Every value is bound, every identifier quoted; the optional ``tracer(sql, params)`` sees
+  every statement before it runs.
+- FTS5 indexes (Porter stemming) over message text and over reasoning, ranked by BM25.
+  Each query term is quoted as an FTS5 phrase, so operators in user text are plain words.
+- ``sqlite3.Error`` becomes ``StoreError`` in ``_guard``, the one boundary.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from .._messages.model import Message
+from ..errors import ConfigurationError, StoreError
+from ._base import BaseStore, SearchHit, SearchKind, Tracer
+from ._codec import decode_row, dumps, indexable, search_text
+from ._migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
+from ._snippet import make_snippet, snippet_pattern
+
+__all__ = ["SQLiteStore", "fts_query", "search_sql"]
+
+_INSERT_MESSAGE = f"""INSERT INTO {T.messages} ("conversation_id", "position", "message_id",
+    "role", "source", "sender_id", "created_at", "search_text", "reasoning", "body")
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_NEXT_POSITION = f"""SELECT COALESCE(MAX("position"), -1) + 1 FROM {T.messages}
+    WHERE "conversation_id" = ?"""
+_SELECT_ALL = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = ?
+    ORDER BY "position\""""
+_SELECT_RECENT = f"""SELECT "id", "body" FROM (SELECT "id", "body", "position"
+    FROM {T.messages} WHERE "conversation_id" = ? ORDER BY "position" DESC LIMIT ?)
+    ORDER BY "position\""""
+_SELECT_SYSTEM = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = ?
+    AND "role" IN ('system', 'developer') ORDER BY "position" LIMIT 1"""
+_SELECT_LATEST_BROADCAST = f"""SELECT "id", "body" FROM {T.messages}
+    WHERE "conversation_id" = ? AND "source" = 'broadcast' ORDER BY "position" DESC LIMIT 1"""
+
+_TABLES: dict[SearchKind, tuple[str, str, str]] = {
+    "messages": (T.messages_fts, T.messages, "conversation_id"),
+    "reasoning": (T.reasoning_fts, T.messages, "conversation_id"),
+    "broadcasts": (T.broadcasts_fts, T.broadcasts, "swarm_id"),
+}
+
+
+def fts_query(terms: Sequence[str]) -> str:
+    """An FTS5 query matching every term literally: each is quoted as a phrase."""
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def search_sql(kind: SearchKind, window: int | None = None) -> str:
+    """Ranks matches by BM25, best first; binds (fts query, owner id, limit).
+
+    With ``window``, only the owner's ``window`` most recent matches are ranked, so the
+    cost stays flat however many old messages a common word matches. Only row ids and
+    ranks are read here: snippets and bodies come afterwards for the winners alone
+    (``SQLiteStore._search``).
+    """
+    fts, table, owner = _TABLES[kind]
+    matches = f"""SELECT {fts}.rowid AS "id", bm25({fts}) AS "rank" FROM {fts}
+    JOIN {table} AS t ON t."id" = {fts}.rowid WHERE {fts} MATCH ? AND t."{owner}" = ?"""
+    if window is None:
+        return f"""{matches} ORDER BY "rank", {fts}.rowid DESC LIMIT ?"""
+    return f"""SELECT "id", "rank" FROM ({matches} ORDER BY {fts}.rowid DESC
+    LIMIT {int(window)}) ORDER BY "rank", "id" DESC LIMIT ?"""
+
+
+class SQLiteStore(BaseStore):
+    """The history store in one SQLite file (``":memory:"`` for a throwaway database).
+
+    Args:
+        path: the database file; created with its schema when missing.
+        tracer: called with ``(sql, params)`` before every statement.
+        timeout: seconds to wait for another process's write lock.
+        search_window: searches rank (BM25) the conversation's most recent
+            ``search_window`` matches, so latency stays flat as the history grows;
+            ``None`` ranks every match.
+
+    One connection is shared by the store's threads behind a lock; open one store per
+    process (SQLite itself serialises writers across processes).
+    """
+
+    def __init__(
+        self, path: str | Path = ":memory:", *, tracer: Tracer | None = None,
+        timeout: float = 30.0, search_window: int | None = 1_000,
+    ) -> None:
+        if search_window is not None and (
+                not isinstance(search_window, int) or search_window < 1):
+            raise ConfigurationError(f"search_window must be None or >= 1, got {search_window!r}")
+        self.path = str(path)
+        self.search_window = search_window
+        self.tracer = tracer
+        self._lock = threading.RLock()
+        with _guard():
+            self._conn = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        try:
+            for pragma in ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL",
+                           "PRAGMA cache_size = -32000"):
+                self._exec(pragma)
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        if self.tracer is not None:
+            self.tracer(sql, tuple(params))
+        with self._lock, _guard():
+            return self._conn.execute(sql, params)
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock, _guard():
+            return self._exec(sql, params).fetchall()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, taking SQLite's write lock at once."""
+        with self._lock:
+            self._exec("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._exec("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._exec("ROLLBACK")
+                raise
+
+    def _migrate(self) -> None:
+        self._exec(MIGRATIONS_TABLE_SQLITE)
+        for migration in MIGRATIONS:
+            with self._write():
+                newest = self._rows(f'SELECT MAX("version") FROM {T.migrations}')[0][0]
+                check_version(newest, self.path)
+                if newest is not None and newest >= migration.version:
+                    continue
+                for statement in migration.sqlite:
+                    self._exec(statement)
+                self._exec(
+                    f'INSERT INTO {T.migrations} ("version", "name", "applied_at") '
+                    "VALUES (?, ?, ?)",
+                    (migration.version, migration.name, _now()),
+                )
+        check_version(self._rows(f'SELECT MAX("version") FROM {T.migrations}')[0][0],
+                      self.path)
+
+    def _decode(self, table: str, rows: Iterable[Any]) -> list[Message]:
+        return [decode_row(table, row[0], row[1]) for row in rows]
+
+    # -- history --------------------------------------------------------------------------
+
+    def _append(self, conversation_id: str, messages: list[Message]) -> None:
+        encoded = [_encode(m) for m in messages]
+        with self._write():
+            self._insert(conversation_id, encoded)
+
+    def _insert(self, conversation_id: str, encoded: list[tuple[Any, ...]]) -> None:
+        start = self._rows(_NEXT_POSITION, (conversation_id,))[0][0]
+        params = [(conversation_id, start + i, *row) for i, row in enumerate(encoded)]
+        if self.tracer is not None:
+            self.tracer(_INSERT_MESSAGE, params)
+        with _guard():
+            self._conn.executemany(_INSERT_MESSAGE, params)
+
+    def _load(self, conversation_id: str, limit: int | None) -> list[Message]:
+        if limit is None:
+            rows = self._rows(_SELECT_ALL, (conversation_id,))
+        else:
+            rows = self._rows(_SELECT_RECENT, (conversation_id, limit))
+        return self._decode(T.messages, rows)
+
+    def _system_message(self, conversation_id: str) -> Message | None:
+        found = self._decode(T.messages, self._rows(_SELECT_SYSTEM, (conversation_id,)))
+        return found[0] if found else None
+
+    def _clear(self, conversation_id: str) -> None:
+        with self._write():
+            self._exec(f'DELETE FROM {T.messages} WHERE "conversation_id" = ?',
+                       (conversation_id,))
+            self._exec(f'DELETE FROM {T.originals} WHERE "conversation_id" = ?',
+                       (conversation_id,))
+
+    # -- search ---------------------------------------------------------------------------
+
+    def _search(
+        self, kind: SearchKind, owner: str, terms: list[str], limit: int
+    ) -> list[SearchHit]:
+        _, table, _ = _TABLES[kind]
+        text = "reasoning" if kind == "reasoning" else "search_text"
+        with self._lock:
+            self._exec("BEGIN")  # one snapshot for both statements
+            try:
+                ranked = self._rows(search_sql(kind, self.search_window),
+                                    (fts_query(terms), owner, limit))
+                marks = ", ".join("?" * len(ranked))
+                rows = self._rows(
+                    f'SELECT "id", "position", "body", "{text}" FROM {table} '
+                    f'WHERE "id" IN ({marks})', [r[0] for r in ranked]) if ranked else []
+            finally:
+                self._exec("COMMIT")
+        by_id = {row[0]: row for row in rows}
+        pattern = snippet_pattern(terms)
+        prefix = "b" if kind == "broadcasts" else "m"
+        hits = []
+        for row_id, rank in ranked:
+            if row_id not in by_id:
+                continue
+            _, position, body, indexed = by_id[row_id]
+            message = decode_row(table, row_id, body)
+            hits.append(SearchHit(
+                message=message, conversation_id=owner, position=position,
+                role=message.role, source=message.source,
+                snippet=make_snippet(indexed or "", pattern), created_at=message.created_at,
+                score=-float(rank), handle=f"{prefix}:{row_id}",
+            ))
+        return hits
+
+    def _fetch(self, kind: Literal["m", "b"], row_id: int) -> tuple[str, Message] | None:
+        table, owner = (T.messages, "conversation_id") if kind == "m" else \
+            (T.broadcasts, "swarm_id")
+        rows = self._rows(f'SELECT "id", "body", "{owner}" FROM {table} WHERE "id" = ?',
+                          (row_id,))
+        if not rows:
+            return None
+        return rows[0][2], decode_row(table, rows[0][0], rows[0][1])
+
+    # -- broadcasts -----------------------------------------------------------------------
+
+    def _join_swarm(self, conversation_id: str, swarm_id: str) -> None:
+        self._exec(
+            f'INSERT OR IGNORE INTO {T.members} ("swarm_id", "conversation_id") VALUES (?, ?)',
+            (swarm_id, conversation_id),
+        )
+
+    def _swarm_members(self, swarm_id: str) -> list[str]:
+        rows = self._rows(f'SELECT "conversation_id" FROM {T.members} WHERE "swarm_id" = ? '
+                          'ORDER BY "conversation_id"', (swarm_id,))
+        return [r[0] for r in rows]
+
+    def _swarms_of(self, conversation_id: str) -> list[str]:
+        rows = self._rows(f'SELECT "swarm_id" FROM {T.members} WHERE "conversation_id" = ? '
+                          'ORDER BY "swarm_id"', (conversation_id,))
+        return [r[0] for r in rows]
+
+    def _broadcast(self, swarm_id: str, message: Message, recipients: list[str]) -> None:
+        encoded = _encode(message)
+        with self._write():
+            position = self._rows(
+                f'SELECT COALESCE(MAX("position"), -1) + 1 FROM {T.broadcasts} '
+                'WHERE "swarm_id" = ?', (swarm_id,))[0][0]
+            self._exec(
+                f'INSERT INTO {T.broadcasts} ("swarm_id", "position", "sender_id", '
+                '"created_at", "search_text", "body") VALUES (?, ?, ?, ?, ?, ?)',
+                (swarm_id, position, message.sender_id or "", encoded[4], message.text,
+                 encoded[7]),
+            )
+            for conversation_id in recipients:
+                self._join_swarm(conversation_id, swarm_id)
+                self._insert(conversation_id, [encoded])
+
+    def _latest_broadcast(self, conversation_id: str) -> Message | None:
+        found = self._decode(T.messages,
+                             self._rows(_SELECT_LATEST_BROADCAST, (conversation_id,)))
+        return found[0] if found else None
+
+    def _latest_commander_broadcast(self, swarm_ids: Iterable[str]) -> Message | None:
+        swarms = list(swarm_ids)
+        marks = ", ".join("?" for _ in swarms)
+        rows = self._rows(
+            f'SELECT "id", "body" FROM {T.broadcasts} WHERE "swarm_id" IN ({marks}) '
+            """AND "sender_id" = '' ORDER BY "id" DESC LIMIT 1""", swarms)
+        found = self._decode(T.broadcasts, rows)
+        return found[0] if found else None
+
+    # -- summaries and originals ----------------------------------------------------------
+
+    def _get_summary(self, key: str) -> str | None:
+        rows = self._rows(f'SELECT "text" FROM {T.summaries} WHERE "key" = ?', (key,))
+        return str(rows[0][0]) if rows else None
+
+    def _put_summary(self, key: str, text: str) -> None:
+        self._exec(
+            f'INSERT INTO {T.summaries} ("key", "text", "updated_at") VALUES (?, ?, ?) '
+            'ON CONFLICT ("key") DO UPDATE SET "text" = excluded."text", '
+            '"updated_at" = excluded."updated_at"', (key, text, _now()))
+
+    def _put_original(self, conversation_id: str, handle: str, text: str) -> None:
+        self._exec(
+            f'INSERT INTO {T.originals} ("conversation_id", "handle", "text") VALUES (?, ?, ?) '
+            'ON CONFLICT ("conversation_id", "handle") DO UPDATE SET "text" = excluded."text"',
+            (conversation_id, handle, text))
+
+    def _get_original(self, conversation_id: str, handle: str) -> str | None:
+        rows = self._rows(
+            f'SELECT "text" FROM {T.originals} WHERE "conversation_id" = ? AND "handle" = ?',
+            (conversation_id, handle))
+        return str(rows[0][0]) if rows else None
+
+
+def _encode(message: Message) -> tuple[Any, ...]:
+    """Column values after (conversation_id, position), in ``_INSERT_MESSAGE`` order."""
+    created = message.created_at.isoformat() if message.created_at else None
+    return (indexable(message.id), message.role, indexable(message.source),
+            indexable(message.sender_id), created, search_text(message),
+            indexable(message.reasoning), dumps(message))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@contextmanager
+def _guard() -> Iterator[None]:
+    """The one boundary where ``sqlite3`` errors become ``StoreError``."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"SQLite: {exc}") from exc
+    except UnicodeEncodeError as exc:
+        raise StoreError(f"SQLite: text is not valid Unicode: {exc}") from exc
