@@ -18,8 +18,7 @@ from ._counting.counters import (
     encoding_for_model,
 )
 from ._counting.usage import UsageBreakdown
-from ._engine.compact import acompact, compact
-from ._engine.compactor import Compactor
+from ._engine.compactor import Compactor, acompact, compact
 from ._engine.events import CompactionApplied, CompactionStarted, ConversationIdle
 from ._engine.result import CompactionReport, CompactionResult
 from ._lossless.clearing import ClearToolResultsPass

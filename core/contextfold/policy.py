@@ -26,6 +26,8 @@ from ._messages.model import Message
 
 if TYPE_CHECKING:
     from ._counting.counters import TokenCounter
+    from ._lossless.references import ReferenceCache
+    from .stores._protocols import HistoryStore
 
 __all__ = [
     "CompactionContext",
@@ -142,11 +144,11 @@ class CompactionContext:
     """The time to stamp summaries and temporal context with."""
     state: ConversationState = field(default_factory=ConversationState)
     """The conversation's state (nudge counter, idle flag)."""
-    store: Any = None
+    store: HistoryStore | None = None
     """The history store, when one is configured (sliding-window lookups)."""
     conversation_id: str | None = None
     """The conversation's key in the store."""
-    references: Any = None
+    references: ReferenceCache | None = None
     """The in-memory ``ReferenceCache`` that keeps originals behind handles when the store
     does not (labels then say how many originals stay readable)."""
 
@@ -191,6 +193,13 @@ class Policy(Protocol):
     """A compaction policy. ``run`` must not mutate ``messages``."""
 
     name: str
+    """A short name for reports and errors."""
+
+    @property
+    def always_run(self) -> bool:
+        """True when the output must be rebuilt from the full input on every call (a loop
+        slice, a nudge): the Compactor then never reuses the previous output as a prefix."""
+        ...
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         """Yield summary requests, receive replies, return the outcome."""
@@ -201,6 +210,7 @@ class SimplePolicy:
     """Base for policies that never need a summary: implement ``apply``."""
 
     name: str = "simple"
+    always_run: bool = False
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Return the outcome for ``messages``."""

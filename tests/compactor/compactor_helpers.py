@@ -22,6 +22,7 @@ class FoldPolicy:
     """
 
     name = "fold"
+    always_run = False
 
     def __init__(self, summary_tokens: int = 250) -> None:
         self.summary_tokens = summary_tokens

@@ -157,6 +157,7 @@ class SummarizesOld:
     """A minimal summary policy: the old turn becomes one summary message."""
 
     name = "summarizes-old"
+    always_run = False
 
     def run(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyRun:
         reply = yield cf.SummaryRequest(messages=tuple(messages[1:5]), instructions="Summarize.")

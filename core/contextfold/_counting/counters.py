@@ -159,12 +159,7 @@ class _BaseCounter:
 
     def count_message(self, message: Message) -> int:
         """Tokens of one message, overhead included; cached on the message per counter."""
-        key = "_tokens:" + self.name
-        n: int | None = message.__dict__.get(key)
-        if n is None:
-            n = self._count_uncached(message)
-            object.__setattr__(message, key, n)
-        return n
+        return message.derived("tokens:" + self.name, self._count_uncached)
 
     def count_messages(self, messages: Sequence[Message]) -> int:
         """Tokens of a request: each message (cached) plus the reply priming.

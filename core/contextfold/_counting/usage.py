@@ -38,12 +38,15 @@ class UsageBreakdown:
 
 
 def usage_of(
-    messages: Sequence[Message], *, counter: TokenCounter, budget: Budget, tool_tokens: int = 0
+    messages: Sequence[Message], *, counter: TokenCounter, budget: Budget, tool_tokens: int = 0,
+    total: int | None = None,
 ) -> UsageBreakdown:
-    """The breakdown of ``messages`` plus ``tool_tokens`` under ``counter`` and ``budget``."""
+    """The breakdown of ``messages`` plus ``tool_tokens`` under ``counter`` and ``budget``;
+    ``total`` is the whole count when the caller already has it (no recount)."""
     system = sum(counter.count_message(m) for m in messages[: leading_system_count(messages)])
-    everything = counter.count_messages(messages)
-    total = everything + tool_tokens
+    if total is None:
+        total = counter.count_messages(messages) + tool_tokens
+    everything = total - tool_tokens
     return UsageBreakdown(
         system_tokens=system,
         tool_tokens=tool_tokens,

@@ -1,24 +1,31 @@
-"""The Compactor: one per conversation, driven on every model call.
+"""Compaction calls: the per-conversation ``Compactor``, and ``compact``/``acompact``, which
+are one-shot compactors. Every compaction in the library goes through this one path.
 
-It makes a step cost almost nothing when nothing triggers, keeps the compacted prefix
-byte-stable between steps (so provider prompt caches keep hitting) and anchors its
-decision on what the provider billed (seed 004's three-layer defence):
+One call, in order:
 
-1. **Incremental.** When a call's messages extend the previous call's input (the same
-   message objects, or equal ones, as a prefix), the previous *output* is reused as the
-   prefix and only the new messages are counted. Under ``budget.trigger_tokens`` the
-   result is that prefix plus the new messages, without running the policy. Over it (or
-   forced), the policy runs on prefix plus new messages and compacts down to the target;
-   then the prefix is left alone until the trigger is crossed again (hysteresis). Any
-   other input (an edited or rewound history) starts over from scratch.
-2. **Calibrated.** ``observe_usage`` records the provider's input tokens; the next decision
-   uses ``max(estimate, reported + estimate of what was added since)``.
-3. **Forced.** ``compact(messages, force=True)`` compacts regardless of the trigger (the
-   overflow-retry path). A forced pass that cannot shrink the context makes the next
-   forced call raise :class:`NoProgressError` at once instead of looping.
+1. **Plan.** When the call's messages extend the previous call's input (the same message
+   objects, or equal ones, as a prefix), the previous *output* is reused as the prefix and
+   only the new messages are counted. Under ``budget.trigger_tokens`` the result is that
+   prefix plus the new messages, without running the policy (the prefix stays byte-stable,
+   so provider prompt caches keep hitting). Over it, or forced, the policy runs on prefix
+   plus new messages and compacts down to the target; the prefix is then left alone until
+   the trigger is crossed again (hysteresis). Any other input (an edited or rewound history)
+   starts over from scratch.
+2. **Prepare.** Check the input's types, repair the in-flight view of an invalid history
+   (never the caller's list) and build the policy's :class:`~contextfold.policy.CompactionContext`.
+3. **Drive.** Run the policy's generator, answering its summary requests through the
+   summary service (sync or async: the policy is written once).
+4. **Finish.** Validate the output (format rules and budget), keep the originals behind the
+   handles the policy gave, build the report with the usage breakdown, emit events.
 
-A policy whose output must be rebuilt on every call (a loop slice, a nudge) sets the class
-attribute ``always_run = True``; the Compactor then runs it on the full input every time.
+Calibration: ``observe_usage`` records the provider's input tokens; the next decision uses
+``max(estimate, reported + estimate of what was added since)``. ``compact(messages,
+force=True)`` compacts regardless of the trigger (the overflow-retry path); a forced pass
+that cannot shrink the context makes the next forced call raise :class:`NoProgressError`
+at once instead of looping.
+
+A policy whose output must be rebuilt on every call (a loop slice, a nudge) declares
+``always_run = True``; the Compactor then runs it on the full input every time.
 
 Reports describe the input a call worked on: the previous output plus the new messages
 when the call was incremental (``details["incremental"]``), else the caller's input.
@@ -30,22 +37,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
-from .._lossless.references import ReferenceCache, persist_originals
+from .._lossless.references import ReferenceCache, default_references, persist_originals
 from .._messages.model import Message
-from .._messages.structure import leading_system_count
+from .._messages.validation import repair, validate
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
-from ..errors import ConfigurationError, NoProgressError
-from ..policy import CompactionContext, ConversationState, Policy, PolicyOutcome
-from .compact import drive_async, drive_sync, finish, prepare
+from .._summaries.summarizer import AnySummarizer
+from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
+from ..policy import (
+    CompactionContext,
+    ConversationState,
+    Policy,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryReply,
+    SummaryRequest,
+)
+from ..stores._protocols import HistoryStore
 from .events import (
     CompactionApplied,
     CompactionEvent,
@@ -54,12 +71,80 @@ from .events import (
     Listener,
     emit,
 )
-from .incremental import Joined, Plan, Prefix
+from .incremental import Plan, Prefix
 from .result import CompactionReport, CompactionResult
 
-__all__ = ["Compactor"]
+__all__ = ["Compactor", "acompact", "compact"]
 
 logger = logging.getLogger("contextfold")
+
+Tools = Sequence[Mapping[str, Any]]
+
+
+def compact(
+    messages: Sequence[Message],
+    *,
+    policy: Policy,
+    budget: Budget,
+    counter: TokenCounter | None = None,
+    summarizer: AnySummarizer | None = None,
+    tools: Tools | None = None,
+    force: bool = False,
+    known_tokens: int | None = None,
+    now: datetime | None = None,
+) -> CompactionResult:
+    """Compact ``messages`` once with ``policy`` so they fit ``budget``.
+
+    A one-shot :class:`Compactor`: no state carries over to the next call. Originals
+    behind handles are kept in the module-level reference cache
+    (:func:`~contextfold.stores.default_references`).
+
+    Args:
+        messages: the history, oldest first. Never modified.
+        policy: what to do (``ThresholdPolicy()``, ``TruncationPolicy()``...).
+        budget: the token budget.
+        counter: how to count; default ``counter_for_model(budget.model)``.
+        summarizer: makes summaries when the policy asks; default ``ExtractiveSummarizer``.
+        tools: tool definitions sent with the request; their tokens count against the budget.
+        force: compact even below the trigger.
+        known_tokens: the provider-reported input size, when known (calibration).
+        now: the time to stamp summaries with.
+
+    Raises:
+        BudgetExceededError: even the protected minimum does not fit.
+    """
+    compactor = _one_shot(policy, budget, counter, summarizer, tools)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
+    assert not isinstance(plan, CompactionResult)  # a fresh compactor has no prefix to extend
+    return compactor._run(plan)
+
+
+async def acompact(
+    messages: Sequence[Message],
+    *,
+    policy: Policy,
+    budget: Budget,
+    counter: TokenCounter | None = None,
+    summarizer: AnySummarizer | None = None,
+    tools: Tools | None = None,
+    force: bool = False,
+    known_tokens: int | None = None,
+    now: datetime | None = None,
+) -> CompactionResult:
+    """The async form of :func:`compact`: summaries are awaited (``asummarize``)."""
+    compactor = _one_shot(policy, budget, counter, summarizer, tools)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
+    assert not isinstance(plan, CompactionResult)
+    return await compactor._arun(plan)
+
+
+def _one_shot(
+    policy: Policy, budget: Budget, counter: TokenCounter | None,
+    summarizer: AnySummarizer | None, tools: Tools | None,
+) -> Compactor:
+    return Compactor(policy, budget, counter, summarizer, tools=tools,
+                     references=default_references())
+
 
 class Compactor:
     """Compacts one conversation across calls: incremental, calibrated, failure-safe.
@@ -70,15 +155,17 @@ class Compactor:
         counter: how to count; default ``counter_for_model(budget.model)``.
         summarizer: makes summaries (an LLM through an adapter); default
             :class:`ExtractiveSummarizer`, which needs no LLM.
-        store: the history store; when it has ``get_summary``/``put_summary`` the summary
-            cache is persisted there. Policies may read it (sliding-window lookups).
+        store: the history store; when it can hold summaries (``SummaryStore``) the summary
+            cache is persisted there, when it can hold originals (``ReferenceStore``) the
+            originals behind handles go there. Policies may read it (sliding-window lookups).
         conversation_id: the conversation's key in the store and in events.
         tools: tool definitions sent with every request (their tokens count).
         retry: retries and backoff for the summarizer.
         cache: the in-memory summary cache; default ``LRUSummaryCache()``.
         on_summary_failure: ``"extractive"`` (the fallback summary) or ``"notice"`` (the
-            policy writes seed 004's notice) when the summarizer fails.
-        listeners: callables receiving :mod:`events <contextfold._engine.events>`.
+            policy writes its failure notice) when the summarizer fails.
+        listeners: callables receiving events (:class:`~contextfold.CompactionStarted`,
+            :class:`~contextfold.CompactionApplied`, :class:`~contextfold.ConversationIdle`).
         references: where originals behind handles are kept when the store does not keep
             them (no store, or no ``conversation_id``); default ``ReferenceCache()``.
 
@@ -96,19 +183,21 @@ class Compactor:
         policy: Policy,
         budget: Budget,
         counter: TokenCounter | None = None,
-        summarizer: Any = None,
-        store: Any = None,
+        summarizer: AnySummarizer | None = None,
+        store: HistoryStore | None = None,
         *,
         conversation_id: str | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        tools: Tools | None = None,
         retry: RetryPolicy | None = None,
         cache: SummaryCache | None = None,
         on_summary_failure: OnSummaryFailure = "extractive",
         listeners: Sequence[Listener] = (),
         references: ReferenceCache | None = None,
     ) -> None:
-        if not callable(getattr(policy, "run", None)):
-            raise ConfigurationError(f"policy must have a run() method, got {policy!r}")
+        if not isinstance(policy, Policy):
+            raise ConfigurationError(
+                f"policy must be a contextfold policy (name, always_run and run()), got {policy!r}"
+            )
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a contextfold.Budget, got {budget!r}")
         if on_summary_failure not in ("extractive", "notice"):
@@ -118,9 +207,8 @@ class Compactor:
         self.policy = policy
         self.budget = budget
         self.counter = counter or counter_for_model(budget.model)
-        self.summarizer = summarizer if summarizer is not None else ExtractiveSummarizer(
-            counter=self.counter
-        )
+        self.summarizer: AnySummarizer = summarizer if summarizer is not None else (
+            ExtractiveSummarizer(counter=self.counter))
         self.store = store
         self.conversation_id = conversation_id
         self.tools = tools
@@ -151,7 +239,7 @@ class Compactor:
         self._listeners.remove(listener)
 
     def observe_usage(self, input_tokens: int, output_tokens: int | None = None) -> None:
-        """Record the provider-reported usage of the last request (calibration, layer 2).
+        """Record the provider-reported usage of the last request (calibration).
 
         The next decision uses the larger of the estimate and ``input_tokens`` plus the
         estimate of the messages added since. A reported usage also means the request
@@ -166,16 +254,14 @@ class Compactor:
         self._stalled = None
 
     def record_response(self) -> None:
-        """A model response arrived: reset the nudge counter (seed 001) and the guard."""
+        """A model response arrived: reset the nudge counter and the forced-compaction guard."""
         self._state.encouragement_count = 0
         self._stalled = None
 
     def usage(self, messages: Sequence[Message]) -> UsageBreakdown:
         """Tokens of system prompt, tool definitions and messages against the budget."""
-        return usage_of(
-            messages, counter=self.counter, budget=self.budget,
-            tool_tokens=self._fixed_tokens(self.tools),
-        )
+        return usage_of(messages, counter=self.counter, budget=self.budget,
+                        tool_tokens=self._fixed_tokens(self.tools))
 
     def reset(self) -> None:
         """Forget everything about the conversation: prefix, calibration, state, guard."""
@@ -184,8 +270,7 @@ class Compactor:
         self._stalled = None
 
     def compact(
-        self, messages: Sequence[Message], *, force: bool = False,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
     ) -> CompactionResult:
         """The messages to send for this call (see the module docstring).
 
@@ -193,74 +278,53 @@ class Compactor:
             NoProgressError: forced, and the previous forced pass could not shrink the input.
             BudgetExceededError: even the policy's protected minimum does not fit.
         """
-        plan_or_result = self._plan(messages, force, tools)
-        if isinstance(plan_or_result, CompactionResult):
-            return plan_or_result
-        plan = plan_or_result
-        try:
-            view, repairs, context = self._prepare(plan)
-            service = self._service(context.counter)
-            outcome = drive_sync(self.policy.run(view, context), service.answer)
-            return self._complete(plan, view, repairs, context, outcome, service)
-        except BaseException:
-            self._forget()
-            raise
+        plan = self._plan(messages, force, tools)
+        return plan if isinstance(plan, CompactionResult) else self._run(plan)
 
     async def acompact(
-        self, messages: Sequence[Message], *, force: bool = False,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
     ) -> CompactionResult:
         """The async form of :meth:`compact` (summaries are awaited)."""
-        plan_or_result = self._plan(messages, force, tools)
-        if isinstance(plan_or_result, CompactionResult):
-            return plan_or_result
-        plan = plan_or_result
-        try:
-            view, repairs, context = self._prepare(plan)
-            service = self._service(context.counter)
-            outcome = await drive_async(self.policy.run(view, context), service.aanswer)
-            return self._complete(plan, view, repairs, context, outcome, service)
-        except BaseException:
-            self._forget()
-            raise
+        plan = self._plan(messages, force, tools)
+        return plan if isinstance(plan, CompactionResult) else await self._arun(plan)
 
-    # -- deciding --------------------------------------------------------------------
+    # -- 1. plan ---------------------------------------------------------------------
 
     def _plan(
-        self, messages: Sequence[Message], force: bool,
-        tools: Sequence[Mapping[str, Any]] | None,
+        self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
+        known_tokens: int | None = None, now: datetime | None = None,
     ) -> Plan | CompactionResult:
+        """Decide what this call works on; the result itself when the fast path applies."""
         started = time.perf_counter()
         if force and self._stalled is not None:
             before, after = self._stalled
             raise NoProgressError(
-                f"forced compaction with policy {getattr(self.policy, 'name', self.policy)!r} "
-                f"made no progress last time ({before} -> {after} tokens); the context "
-                "cannot shrink further"
+                f"forced compaction with policy {self.policy.name!r} made no progress last "
+                f"time ({before} -> {after} tokens); the context cannot shrink further"
             )
         tools = tools if tools is not None else self.tools
         fixed = self._fixed_tokens(tools)
         prefix = self._prefix
         new = prefix.extension(messages) if fixed == prefix.fixed else None
-        if new is not None and (getattr(self.policy, "always_run", False)
-                                or not prefix.appendable(new)):
+        if new is not None and (self.policy.always_run or not prefix.appendable(new)):
             new = None  # rebuilt on every call, or the extension needs the full history
         if new is None:
+            messages = _checked_input(messages)  # the caller's own list when it is one
             self._known, self._since = None, 0  # the reported usage was of another input
-            base: Sequence[Message] = messages
             new_tokens = None
             estimate = self.counter.count_messages(messages) + fixed
-            known = None
+            known = known_tokens
+            size = len(messages)
         else:
-            base = Joined(prefix.out, new)
             new_tokens = sum(map(self.counter.count_message, new))
             estimate = prefix.out_tokens + new_tokens + fixed
             known = None if self._known is None else self._known + self._since + new_tokens
+            size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
         needs = force or effective > self.budget.trigger_tokens
-        self._log(estimate, known, effective, len(base), fixed, force, needs)
-        plan = Plan(messages, base, new_tokens, force, needs, fixed, tools, known, started,
-                     self._state.idle)
+        self._log(estimate, known, effective, size, fixed, force, needs)
+        plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
+                    self._state.idle, now)
         if new is not None and not needs:
             return self._append(plan, new, estimate)
         return plan
@@ -278,19 +342,50 @@ class Compactor:
         )
         return CompactionResult(messages=list(out), report=report)
 
-    # -- running ---------------------------------------------------------------------
+    # -- 2-4. prepare, drive, finish ------------------------------------------------
+
+    def _run(self, plan: Plan) -> CompactionResult:
+        try:
+            view, repairs, context = self._prepare(plan)
+            service = self._service(context.counter)
+            outcome = _drive(self.policy.run(view, context), service.answer)
+            return self._finish(plan, view, repairs, context, outcome, service)
+        except BaseException:
+            self._forget()
+            raise
+
+    async def _arun(self, plan: Plan) -> CompactionResult:
+        try:
+            view, repairs, context = self._prepare(plan)
+            service = self._service(context.counter)
+            outcome = await _adrive(self.policy.run(view, context), service.aanswer)
+            return self._finish(plan, view, repairs, context, outcome, service)
+        except BaseException:
+            self._forget()
+            raise
 
     def _prepare(
         self, plan: Plan
-    ) -> tuple[Sequence[Message], tuple[str, ...], CompactionContext]:
-        plan.base = list(plan.base)
+    ) -> tuple[list[Message], tuple[str, ...], CompactionContext]:
+        """The policy's input (repaired in flight when invalid) and its context."""
+        if plan.new is None:
+            plan.base = _checked_input(plan.messages)
+        else:
+            plan.base = [*self._prefix.out, *plan.new]
         if plan.needs:
             self._emit(CompactionStarted(self.conversation_id, len(plan.base), plan.force))
-        return prepare(
-            plan.base, budget=self.budget, counter=self.counter, tools=plan.tools,
-            force=plan.force, known_tokens=plan.known, state=self._state, store=self.store,
+        view: list[Message] = plan.base
+        repairs: tuple[str, ...] = ()
+        if validate(view):
+            view, notes = repair(view)
+            repairs = tuple(notes)
+        context = CompactionContext(
+            budget=self.budget, counter=self.counter, force=plan.force,
+            known_tokens=plan.known, fixed_tokens=plan.fixed,
+            now=plan.now or datetime.now(timezone.utc), state=self._state, store=self.store,
             conversation_id=self.conversation_id, references=self.references,
         )
+        return view, repairs, context
 
     def _service(self, counter: TokenCounter) -> SummaryService:
         return SummaryService(
@@ -298,21 +393,54 @@ class Compactor:
             on_failure=self.on_summary_failure,
         )
 
-    def _complete(
-        self, plan: Plan, view: Sequence[Message], repairs: tuple[str, ...],
+    def _finish(
+        self, plan: Plan, view: list[Message], repairs: tuple[str, ...],
         context: CompactionContext, outcome: PolicyOutcome, service: SummaryService,
     ) -> CompactionResult:
-        result = finish(
-            plan.base, view, outcome, context, repairs=repairs, llm_calls=service.llm_calls,
-            notes=tuple(service.notes), started=plan.started,
-            details={"summary": service.details(), "known_tokens": plan.known,
-                     "incremental": plan.new_tokens is not None,
-                     **self._keep_originals(view, outcome)},
+        """Check the policy's output, keep the originals, report, remember, emit.
+
+        Raises:
+            CompactionError: the policy returned an invalid sequence (a bug in the policy).
+            BudgetExceededError: the output does not fit the budget.
+        """
+        original = plan.base
+        out = outcome.messages
+        if out is not view:
+            problems = validate(out)
+            if problems:
+                raise CompactionError(
+                    f"policy produced an invalid sequence: {'; '.join(map(str, problems[:5]))}"
+                )
+        tokens_after = context.measure(out)
+        if tokens_after > self.budget.input_budget:
+            raise BudgetExceededError(
+                f"the output of policy {outcome.method!r} ({len(out)} messages)",
+                needed=tokens_after, available=self.budget.input_budget,
+            )
+        messages = out if isinstance(out, list) else list(out)
+        report = CompactionReport(
+            tokens_before=context.measure(original),
+            tokens_after=tokens_after,
+            messages_before=len(original),
+            messages_after=len(messages),
+            method=outcome.method,
+            targets=outcome.targets,
+            llm_calls=service.llm_calls,
+            duration=time.perf_counter() - plan.started,
+            forced=plan.force,
+            repairs=repairs,
+            notes=tuple(service.notes) + outcome.notes,
+            details={
+                **outcome.details,
+                "summary": service.details(),
+                "known_tokens": plan.known,
+                "incremental": plan.new_tokens is not None,
+                **self._keep_originals(view, outcome),
+                "usage": self._usage(messages, tokens_after, plan.fixed),
+            },
         )
-        report = result.report
-        report.details["usage"] = self._usage(result.messages, report.tokens_after, plan.fixed)
-        changed = outcome.messages is not view or bool(repairs)
-        self._remember(plan, result.messages, changed)
+        changed = out is not view or bool(repairs)
+        self._remember(plan, messages, changed)
         if plan.force:
             shrunk = report.tokens_after < report.tokens_before
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
@@ -323,7 +451,7 @@ class Compactor:
             ))
         if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
-        return result
+        return CompactionResult(messages=messages, report=report)
 
     def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
         """Keep the output as the prefix for the next call."""
@@ -353,15 +481,11 @@ class Compactor:
         self.last_output_tokens = None
 
     def _usage(self, out: Sequence[Message], total: int, fixed: int) -> dict[str, int | bool]:
-        """The usage breakdown of an output whose total is known (seed 003)."""
-        system = sum(map(self.counter.count_message, out[: leading_system_count(out)]))
-        budget = self.budget.input_budget
-        return UsageBreakdown(
-            system_tokens=system, tool_tokens=fixed, message_tokens=total - system - fixed,
-            total=total, budget=budget, available=budget - total, over_budget=total > budget,
-        ).as_dict()
+        """The usage breakdown of an output whose total is known."""
+        return usage_of(out, counter=self.counter, budget=self.budget, tool_tokens=fixed,
+                        total=total).as_dict()
 
-    def _fixed_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+    def _fixed_tokens(self, tools: Tools | None) -> int:
         if not tools:
             return 0
         if self._tools_seen[0] is not tools:
@@ -384,3 +508,40 @@ class Compactor:
                 self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
                 force, needs,
             )
+
+
+def _checked_input(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` as a list, after checking that it is a sequence of core messages."""
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        raise TypeError(f"messages must be a sequence of Message, got {type(messages).__name__}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Message):
+            raise TypeError(
+                f"messages[{i}] is {type(m).__name__}, not contextfold.Message "
+                "(convert with contextfold.from_openai or an adapter)"
+            )
+    return messages if isinstance(messages, list) else list(messages)
+
+
+def _drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> PolicyOutcome:
+    """Run a policy generator to completion, answering each request with ``answer``."""
+    try:
+        request = next(run)
+        while True:
+            request = run.send(answer(request))
+    except StopIteration as stop:
+        outcome: PolicyOutcome = stop.value
+        return outcome
+
+
+async def _adrive(
+    run: PolicyRun, answer: Callable[[SummaryRequest], Awaitable[SummaryReply]]
+) -> PolicyOutcome:
+    """Like :func:`_drive` with an async ``answer``."""
+    try:
+        request = next(run)
+        while True:
+            request = run.send(await answer(request))
+    except StopIteration as stop:
+        outcome: PolicyOutcome = stop.value
+        return outcome

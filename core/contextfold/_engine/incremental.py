@@ -6,16 +6,17 @@ next: only the new messages need counting and checking, and the prefix stays byt
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, overload
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
 from .._messages.validation import validate
 
-__all__ = ["Joined", "Plan", "Prefix"]
+__all__ = ["Plan", "Prefix"]
 
 _APPENDABLE = frozenset({"no_user", "assistant_before_user"})  # fine after a valid prefix
 
@@ -26,8 +27,8 @@ class Plan:
 
     messages: Sequence[Message]
     """The caller's input."""
-    base: Sequence[Message]
-    """What the policy works on: the previous output plus the new messages, or the input."""
+    new: list[Message] | None
+    """The messages added since the previous input; ``None`` when the call started over."""
     new_tokens: int | None
     """Tokens of the new messages; ``None`` when the call started over."""
     force: bool
@@ -44,6 +45,11 @@ class Plan:
     """``perf_counter`` at the start of the call."""
     was_idle: bool
     """The conversation's idle flag before the call."""
+    now: datetime | None = None
+    """The time to stamp summaries with (``None``: the clock's)."""
+    base: list[Message] = field(default_factory=list)
+    """What the policy works on, built when it runs: the previous output plus the new
+    messages, or the caller's input."""
 
 
 class Prefix:
@@ -112,28 +118,3 @@ class Prefix:
         self.out_tokens = counter.count_messages(self.out)
         self.out_valid = not validate(self.out)
         self.call_ids = {c.id for m in self.out for c in m.tool_calls}
-
-
-class Joined(Sequence[Message]):
-    """``prefix + new`` without copying, until a policy run needs a list."""
-
-    __slots__ = ("_new", "_prefix")
-
-    def __init__(self, prefix: tuple[Message, ...], new: list[Message]) -> None:
-        self._prefix, self._new = prefix, new
-
-    def __len__(self) -> int:
-        return len(self._prefix) + len(self._new)
-
-    @overload
-    def __getitem__(self, index: int) -> Message: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
-
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
-        return [*self._prefix, *self._new][index]
-
-    def __iter__(self) -> Iterator[Message]:
-        yield from self._prefix
-        yield from self._new

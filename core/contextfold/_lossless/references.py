@@ -31,14 +31,16 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 from .._messages.model import Message
 from ..errors import ConfigurationError
 from ..policy import Target
+from ..stores._protocols import HistoryStore, ReferenceStore
 from ..stores._tools import SearchToolSpec
 
 if TYPE_CHECKING:
+    from .._engine.compactor import Compactor
     from ..policy import CompactionContext
     from .learning import LearnedImportance
 
@@ -54,6 +56,10 @@ __all__ = [
     "read_original",
     "read_original_tool",
 ]
+
+OriginalsSource = Union[HistoryStore, ReferenceStore, "ReferenceCache", "Compactor"]
+"""Where ``read_original`` looks: a store that keeps originals, a ``ReferenceCache``, or a
+``Compactor`` (its store when that keeps originals, else its cache)."""
 
 DEFAULT_REFERENCE_CAPACITY = 256
 """Originals a :class:`ReferenceCache` keeps by default."""
@@ -109,9 +115,10 @@ def _message_text(m: Message) -> str:
     return "\n\n".join(parts)
 
 
-def _keeps_originals(store: Any, conversation_id: str | None) -> bool:
-    return bool(conversation_id) and callable(getattr(store, "put_original", None)) \
-        and callable(getattr(store, "get_original", None))
+def _keeps_originals(
+    store: object, conversation_id: str | None
+) -> TypeGuard[ReferenceStore]:
+    return bool(conversation_id) and isinstance(store, ReferenceStore)
 
 
 def handle_text(handle: str, context: CompactionContext) -> str:
@@ -119,8 +126,7 @@ def handle_text(handle: str, context: CompactionContext) -> str:
     only in memory, how long they stay readable."""
     if _keeps_originals(context.store, context.conversation_id):
         return f"{handle} (read_original)"
-    cache = context.references if isinstance(context.references, ReferenceCache) \
-        else default_references()
+    cache = context.references if context.references is not None else default_references()
     return f"{handle} (read_original; kept in memory for the last {cache.capacity} originals)"
 
 
@@ -197,7 +203,7 @@ def default_references() -> ReferenceCache:
 
 
 def persist_originals(
-    view: Sequence[Message], targets: Iterable[Target], *, store: Any = None,
+    view: Sequence[Message], targets: Iterable[Target], *, store: HistoryStore | None = None,
     cache: ReferenceCache | None = None, conversation_id: str | None = None,
     learning: LearnedImportance | None = None,
 ) -> dict[str, Any]:
@@ -215,31 +221,36 @@ def persist_originals(
             tools.setdefault(t.handle, t.tool_name)
     if not spans:
         return {}
-    sink: Any = store if _keeps_originals(store, conversation_id) else (
-        cache if cache is not None else _DEFAULT)
+    sink: ReferenceStore | ReferenceCache = (
+        store if _keeps_originals(store, conversation_id)
+        else cache if cache is not None else _DEFAULT
+    )
     chars = 0
     for handle, members in spans.items():
         text = original_text(members)
-        sink.put_original(conversation_id, handle, text)
+        sink.put_original(conversation_id or "", handle, text)
         chars += len(text)
         if learning is not None:
             learning.note_handle(handle, tools[handle])
-    where = "store" if sink is store else "memory"
+    where = "memory" if isinstance(sink, ReferenceCache) else "store"
     return {"originals_kept": len(spans), "original_chars": chars, "kept_in": where}
 
 
-def _source_parts(source: Any) -> tuple[Any, ReferenceCache | None]:
+def _source_parts(
+    source: OriginalsSource,
+) -> tuple[HistoryStore | ReferenceStore | None, ReferenceCache | None]:
     """(store or None, cache or None) of a store, a cache or a ``Compactor``."""
+    from .._engine.compactor import Compactor  # the engine imports this module
+
     if isinstance(source, ReferenceCache):
         return None, source
-    references = getattr(source, "references", None)
-    if isinstance(references, ReferenceCache):  # a Compactor
-        return getattr(source, "store", None), references
+    if isinstance(source, Compactor):
+        return source.store, source.references
     return source, None
 
 
 def read_original(
-    source: Any, conversation_id: str | None, handle: Any, *, offset: Any = 0,
+    source: OriginalsSource, conversation_id: str | None, handle: Any, *, offset: Any = 0,
     limit: Any = 4000, pattern: Any = None, learning: LearnedImportance | None = None,
 ) -> dict[str, Any]:
     """Read the original behind ``handle`` in ``conversation_id``, as a tool result.
@@ -261,7 +272,7 @@ def read_original(
         return {"error": problem}
     store, cache = _source_parts(source)
     text = None
-    if store is not None and _keeps_originals(store, conversation_id):
+    if conversation_id and isinstance(store, ReferenceStore):
         text = store.get_original(conversation_id, handle)
     if text is None and cache is not None:
         text = cache.get_original(conversation_id, handle)
@@ -346,7 +357,7 @@ def _pieces(regex: re.Pattern[str], line: str) -> list[tuple[int, str]]:
 
 
 def read_original_tool(
-    source: Any, conversation_id: str | None = None, *,
+    source: OriginalsSource, conversation_id: str | None = None, *,
     learning: LearnedImportance | None = None,
 ) -> SearchToolSpec:
     """The framework-neutral ``read_original`` tool for one conversation.
@@ -355,12 +366,15 @@ def read_original_tool(
     ``conversation_id`` and ``learning`` default to the compactor's). The adapters wrap it
     as their own tool type; put :data:`READ_ORIGINAL_GUIDANCE` in the system prompt.
     """
-    if conversation_id is None:
-        conversation_id = getattr(source, "conversation_id", None)
-    if learning is None and isinstance(getattr(source, "references", None), ReferenceCache):
-        from .learning import learning_of
+    from .._engine.compactor import Compactor  # the engine imports this module
 
-        learning = learning_of(source.state)
+    if isinstance(source, Compactor):
+        if conversation_id is None:
+            conversation_id = source.conversation_id
+        if learning is None:
+            from .learning import learning_of
+
+            learning = learning_of(source.state)
     scope, learned = conversation_id, learning
 
     def run(handle: Any = None, offset: Any = 0, limit: Any = 4000,

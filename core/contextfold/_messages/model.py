@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 __all__ = [
     "ContentPart",
@@ -34,6 +34,7 @@ Source = str
 ``"summary"``, ``"system"``... Free text so applications can add their own."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+T = TypeVar("T")
 
 
 def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -181,13 +182,26 @@ class Message:
 
     @property
     def fingerprint(self) -> str:
-        """A content hash over every compared field (not ``id``); cached on first use."""
-        cached = self.__dict__.get("_fingerprint")
-        if cached is None:
-            payload = json.dumps(_canonical(self), sort_keys=True, default=str, ensure_ascii=False)
-            cached = hashlib.blake2b(payload.encode("utf-8"), digest_size=16).hexdigest()
-            object.__setattr__(self, "_fingerprint", cached)
-        return cached
+        """A content hash over every compared field (not ``id``); computed once."""
+        return self.derived("fingerprint", _fingerprint)
+
+    def derived(self, key: str, compute: Callable[[Message], T]) -> T:
+        """A value derived from this message's content, computed once per ``key``.
+
+        The message is immutable, so anything computed from its content (its fingerprint,
+        its tokens under one counter, its identifiers) stays true for its lifetime; this is
+        the one place such values are kept. ``key`` names the computation, including its
+        parameters (``"tokens:cl100k_base"``). Not part of equality, hashing or ``repr``.
+        """
+        memo: dict[str, Any] | None = self.__dict__.get("_derived")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_derived", memo)
+        try:
+            value: T = memo[key]
+        except KeyError:
+            value = memo[key] = compute(self)
+        return value
 
     def __hash__(self) -> int:
         return hash(self.fingerprint)
@@ -203,6 +217,11 @@ class Message:
                     value = dict(value)
                 shown.append(f"{f.name}={value!r}")
         return f"Message({', '.join(shown)})"
+
+
+def _fingerprint(message: Message) -> str:
+    payload = json.dumps(_canonical(message), sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.blake2b(payload.encode("utf-8"), digest_size=16).hexdigest()
 
 
 def _canonical(message: Message) -> dict[str, Any]:

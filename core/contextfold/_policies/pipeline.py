@@ -59,7 +59,7 @@ class Pipeline:
         self.passes: tuple[Policy, ...] = passes
         """The passes, in the order they run."""
         self.name = "pipeline(" + "+".join(p.name for p in passes) + ")"
-        self.always_run: bool = any(getattr(p, "always_run", False) for p in passes)
+        self.always_run: bool = any(p.always_run for p in passes)
         """True when any pass must run on every call (the Compactor then never skips the
         pipeline below the trigger)."""
 

@@ -41,6 +41,7 @@ from typing import Literal
 from .._messages.model import Message
 from ..errors import ConfigurationError
 from ..policy import CompactionContext, ConversationState
+from ..stores._protocols import BroadcastStore
 
 __all__ = [
     "FIRM",
@@ -180,10 +181,10 @@ def stored_broadcast(context: CompactionContext, swarm_id: str | None) -> Messag
     joined). A store error propagates
     (a lookup that silently failed would idle a running agent).
     """
-    lookup = getattr(context.store, "most_recent_broadcast", None)
-    if lookup is None or not context.conversation_id:
+    store = context.store
+    if not isinstance(store, BroadcastStore) or not context.conversation_id:
         return None
-    found = lookup(context.conversation_id, swarm_id=swarm_id)
+    found = store.most_recent_broadcast(context.conversation_id, swarm_id=swarm_id)
     if not isinstance(found, Message) or found.role != "user":
         return None
     return found

@@ -109,6 +109,7 @@ class SummaryPolicy:
     """
 
     name = "summary"
+    always_run = False
 
     def __init__(
         self,

@@ -172,6 +172,7 @@ class ThresholdPolicy:
     notice: str = COMPACTION_NOTICE
     short_notice: str = SHORT_NOTICE
     name = "threshold"
+    always_run = False
 
     def __post_init__(self) -> None:
         for attr in ("protect_recent", "min_compaction_chars"):

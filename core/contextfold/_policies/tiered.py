@@ -119,6 +119,7 @@ class TieredPolicy:
     keywords: tuple[str, ...] = ()
     instructions: tuple[str, str, str] = TIER_INSTRUCTIONS
     name = "tiered"
+    always_run = False
 
     def __post_init__(self) -> None:
         check_int("residual_threshold", self.residual_threshold, 0)

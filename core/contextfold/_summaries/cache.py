@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
+from ..stores._protocols import HistoryStore, SummaryStore
 
 __all__ = ["LRUSummaryCache", "LayeredSummaryCache", "StoreSummaryCache", "SummaryCache"]
 
@@ -82,8 +83,8 @@ class StoreSummaryCache:
     compaction.
     """
 
-    def __init__(self, store: Any) -> None:
-        if not (hasattr(store, "get_summary") and hasattr(store, "put_summary")):
+    def __init__(self, store: SummaryStore) -> None:
+        if not isinstance(store, SummaryStore):
             raise ConfigurationError(
                 f"{type(store).__name__} has no get_summary/put_summary; it cannot hold summaries"
             )
@@ -130,10 +131,9 @@ class LayeredSummaryCache:
             layer.put(key, text)
 
 
-def cache_for(cache: SummaryCache | None, store: Any) -> SummaryCache | None:
+def cache_for(cache: SummaryCache | None, store: HistoryStore | None) -> SummaryCache | None:
     """The cache a compactor uses: ``cache`` (default an LRU) in front of ``store`` when the
     store can hold summaries."""
-    persistent = hasattr(store, "get_summary") and hasattr(store, "put_summary")
-    if not persistent:
+    if not isinstance(store, SummaryStore):
         return cache
     return LayeredSummaryCache(cache or LRUSummaryCache(), StoreSummaryCache(store))

@@ -106,13 +106,13 @@ def message_identifiers(messages: Sequence[Message] | Iterable[Message]) -> list
 
 
 def identifiers_of(message: Message) -> tuple[str, ...]:
-    """The identifiers of one message's text and tool-call arguments, cached on the
-    (immutable) message like its token counts."""
-    cached: tuple[str, ...] | None = message.__dict__.get("_identifiers")
-    if cached is None:
-        text = message.text
-        if message.tool_calls:
-            text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
-        cached = tuple(extract_identifiers(text))
-        object.__setattr__(message, "_identifiers", cached)
-    return cached
+    """The identifiers of one message's text and tool-call arguments (computed once per
+    message)."""
+    return message.derived("identifiers", _identifiers_of)
+
+
+def _identifiers_of(message: Message) -> tuple[str, ...]:
+    text = message.text
+    if message.tool_calls:
+        text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
+    return tuple(extract_identifiers(text))

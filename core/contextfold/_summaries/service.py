@@ -25,7 +25,7 @@ import concurrent.futures
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from .._counting.counters import EstimatingCounter, TokenCounter
 from ..errors import ConfigurationError, SummarizerError
@@ -34,6 +34,7 @@ from .cache import SummaryCache
 from .extractive import ExtractiveSummarizer
 from .identifiers import message_identifiers
 from .split import append_to_data, merge_request, split_request
+from .summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 
 __all__ = ["OnSummaryFailure", "RetryPolicy", "SummaryService"]
 
@@ -126,7 +127,7 @@ class SummaryService:
 
     def __init__(
         self,
-        summarizer: Any = None,
+        summarizer: AnySummarizer | None = None,
         *,
         counter: TokenCounter | None = None,
         retry: RetryPolicy | None = None,
@@ -139,7 +140,7 @@ class SummaryService:
             )
         self.counter = counter or EstimatingCounter()
         self.fallback = ExtractiveSummarizer(counter=counter)
-        self.summarizer = summarizer if summarizer is not None else self.fallback
+        self.summarizer: AnySummarizer = summarizer if summarizer is not None else self.fallback
         self.llm = not isinstance(self.summarizer, ExtractiveSummarizer)
         self.retry = retry or RetryPolicy()
         self.cache = cache
@@ -194,11 +195,11 @@ class SummaryService:
             return reply
 
     def _call_sync(self, request: SummaryRequest) -> _Outcome:
-        method = getattr(self.summarizer, "summarize", None)
-        if method is None:
+        if not isinstance(self.summarizer, Summarizer):
             raise ConfigurationError(
                 f"{type(self.summarizer).__name__} is async only (no summarize); use acompact"
             )
+        method = self.summarizer.summarize
         try:
             if self.retry.timeout is None:
                 return _checked(method(request))
@@ -212,10 +213,10 @@ class SummaryService:
             return _Outcome(None, exc)
 
     async def _call_async(self, request: SummaryRequest) -> _Outcome:
-        method = getattr(self.summarizer, "asummarize", None)
+        if not isinstance(self.summarizer, AsyncSummarizer):
+            return self._call_sync(request)
+        method = self.summarizer.asummarize
         try:
-            if method is None:
-                return self._call_sync(request)
             if self.retry.timeout is None:
                 return _checked(await method(request))
             return _checked(await asyncio.wait_for(method(request), self.retry.timeout))
@@ -353,7 +354,7 @@ def _checked(text: object) -> _Outcome:
     return _Outcome(text)
 
 
-def _window(summarizer: Any, request: SummaryRequest) -> int | None:
+def _window(summarizer: AnySummarizer, request: SummaryRequest) -> int | None:
     """The summarizer's input window: the request's ``max_input_tokens`` or the summarizer's."""
     for value in (getattr(request, "max_input_tokens", None),
                   getattr(summarizer, "max_input_tokens", None)):

@@ -9,11 +9,11 @@ service, so implementations stay small.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Union, runtime_checkable
 
 from ..policy import SummaryRequest
 
-__all__ = ["AsyncSummarizer", "ScriptedSummarizer", "Summarizer"]
+__all__ = ["AnySummarizer", "AsyncSummarizer", "ScriptedSummarizer", "Summarizer"]
 
 
 @runtime_checkable
@@ -32,6 +32,11 @@ class AsyncSummarizer(Protocol):
     async def asummarize(self, request: SummaryRequest) -> str:
         """The summary text for ``request``; raise on failure."""
         ...
+
+
+AnySummarizer = Union[Summarizer, AsyncSummarizer]
+"""What the engine accepts as a summarizer: sync, async, or both (a class implementing both
+is used sync by ``compact`` and async by ``acompact``)."""
 
 
 class ScriptedSummarizer:

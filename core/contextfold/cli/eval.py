@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
+from .._summaries.summarizer import AnySummarizer
 from ..policy import Policy
 from .transcripts import Transcript
 
@@ -121,7 +121,7 @@ def probes_of(transcript: Transcript) -> tuple[list[str], list[str]]:
 
 
 def our_contender(
-    name: str, make_policy: Callable[[], Policy], summarizer: Any = None
+    name: str, make_policy: Callable[[], Policy], summarizer: AnySummarizer | None = None
 ) -> Contender:
     """One of our policies, replayed call by call through a ``Compactor``.
 

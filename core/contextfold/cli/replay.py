@@ -15,6 +15,7 @@ from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
 from .._engine.result import CompactionReport
 from .._messages.model import Message
+from .._summaries.summarizer import AnySummarizer
 from ..policy import Policy, Target
 
 __all__ = ["Replay", "StepRecord", "replay", "step_boundaries"]
@@ -121,7 +122,7 @@ def replay(
     policy: Policy,
     budget: Budget,
     counter: TokenCounter | None = None,
-    summarizer: Any = None,
+    summarizer: AnySummarizer | None = None,
     title: str = "transcript",
     on_step: Callable[[StepRecord], None] | None = None,
     capture: Sequence[int] = (),
