@@ -11,7 +11,9 @@ storage backend that breaks)::
     ├── MissingExtraError           an optional dependency is not installed (also ImportError)
     ├── CompactionError             compaction could not produce a valid result
     │   ├── BudgetExceededError     even the protected minimum does not fit the budget
-    │   └── NoProgressError         a forced compaction could not shrink the context
+    │   ├── NoProgressError         a forced compaction could not shrink the context
+    │   └── ContextOverflowError    the provider rejected the input as too long, also after
+    │                               compacting below the limit it stated (wraps its error)
     ├── SummarizerError             a summarizer failed (after its retries)
     └── StoreError                  a history store failed
         ├── CorruptRowError         a stored row cannot be decoded
@@ -27,6 +29,7 @@ __all__ = [
     "BudgetExceededError",
     "CompactionError",
     "ConfigurationError",
+    "ContextOverflowError",
     "ContextfoldError",
     "ConversionError",
     "CorruptRowError",
@@ -120,6 +123,20 @@ class BudgetExceededError(CompactionError):
 
 class NoProgressError(CompactionError):
     """A forced compaction could not shrink the context, so retrying would loop."""
+
+
+class ContextOverflowError(CompactionError):
+    """The provider rejected the input as longer than its context window, and the retry
+    after compacting below the limit it stated was rejected too (or compaction could not
+    shrink the input any further).
+
+    Attributes:
+        provider_error: the provider's own error (also the ``__cause__``).
+    """
+
+    def __init__(self, message: str, *, provider_error: BaseException) -> None:
+        super().__init__(message)
+        self.provider_error = provider_error
 
 
 class SummarizerError(ContextfoldError):

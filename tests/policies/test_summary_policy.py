@@ -149,7 +149,7 @@ def test_an_oversized_summary_is_cut_to_fit(counter):
 
 def test_through_compact_with_a_scripted_summarizer(counter):
     msgs = history(10)
-    summarizer = cf.ScriptedSummarizer(["Tasks 0-7 done."])
+    summarizer = cf.ScriptedSummarizer(["Tasks 0-7 done."], max_input_tokens=10**9)
     budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 1.1))
     result = cf.compact(msgs, policy=cf.SummaryPolicy(), summarizer=summarizer, budget=budget,
                         counter=counter, now=NOW)
@@ -213,7 +213,8 @@ def test_valid_within_budget(counter, messages, window, summary_chars, ratio, fo
 async def test_async_driver_and_compactor_resummarize_the_previous_summary(counter):
     msgs = history(10)
     budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 1.1))
-    summarizer = cf.ScriptedSummarizer(["First summary.", "Second summary."])
+    summarizer = cf.ScriptedSummarizer(["First summary.", "Second summary."],
+                                       max_input_tokens=10**9)
     compactor = cf.Compactor(cf.SummaryPolicy(), budget, counter, summarizer=summarizer)
     first = await compactor.acompact(msgs)
     assert "First summary." in first.messages[1].text

@@ -433,7 +433,9 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
     size = counter.count_messages(history)
     budget = cf.Budget(context_window=max(50, int(size * share)))
     known_tokens = None if known is None else int(size * known)
-    summarizer = cf.ScriptedSummarizer(default="TASK: t\nPROGRESS: p\nDATA: KT-1234")
+    # A window that holds any request: then a pass makes one summary call (the one summary).
+    summarizer = cf.ScriptedSummarizer(default="TASK: t\nPROGRESS: p\nDATA: KT-1234",
+                                       max_input_tokens=10**9)
     try:
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
                             summarizer=summarizer, force=force, known_tokens=known_tokens)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -271,28 +272,45 @@ class Compactor:
 
     def compact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
+        extra_tokens: int = 0,
     ) -> CompactionResult:
         """The messages to send for this call (see the module docstring).
+
+        Args:
+            messages: the whole history, oldest first. Never modified.
+            force: compact regardless of the trigger (after a context overflow).
+            tools: the tool definitions of this call (default the compactor's); counted.
+            extra_tokens: tokens of other prompt parts sent beside the messages (retrieved
+                context, a schema); they count against the budget like the tools.
 
         Raises:
             NoProgressError: forced, and the previous forced pass could not shrink the input.
             BudgetExceededError: even the policy's protected minimum does not fit.
         """
-        plan = self._plan(messages, force, tools)
+        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens)
         return plan if isinstance(plan, CompactionResult) else self._run(plan)
 
     async def acompact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
+        extra_tokens: int = 0,
     ) -> CompactionResult:
         """The async form of :meth:`compact` (summaries are awaited)."""
-        plan = self._plan(messages, force, tools)
+        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens)
         return plan if isinstance(plan, CompactionResult) else await self._arun(plan)
+
+    def limit_input(self, tokens: int) -> None:
+        """Lower the input budget to at most ``tokens`` for this call and every later one
+        (a provider stated a smaller window than the budget assumed). Never raises it."""
+        if not isinstance(tokens, int) or tokens < 1:
+            raise ConfigurationError(f"tokens must be an int >= 1, got {tokens!r}")
+        if tokens < self.budget.input_budget:
+            self.budget = replace(self.budget, context_window=tokens + self.budget.output_reserve)
 
     # -- 1. plan ---------------------------------------------------------------------
 
     def _plan(
         self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
-        known_tokens: int | None = None, now: datetime | None = None,
+        extra_tokens: int = 0, known_tokens: int | None = None, now: datetime | None = None,
     ) -> Plan | CompactionResult:
         """Decide what this call works on; the result itself when the fast path applies."""
         started = time.perf_counter()
@@ -303,7 +321,9 @@ class Compactor:
                 f"time ({before} -> {after} tokens); the context cannot shrink further"
             )
         tools = tools if tools is not None else self.tools
-        fixed = self._fixed_tokens(tools)
+        if not isinstance(extra_tokens, int) or extra_tokens < 0:
+            raise ConfigurationError(f"extra_tokens must be an int >= 0, got {extra_tokens!r}")
+        fixed = self._fixed_tokens(tools) + extra_tokens
         prefix = self._prefix
         new = prefix.extension(messages) if fixed == prefix.fixed else None
         if new is not None and (self.policy.always_run or not prefix.appendable(new)):
@@ -390,7 +410,7 @@ class Compactor:
     def _service(self, counter: TokenCounter) -> SummaryService:
         return SummaryService(
             self.summarizer, counter=counter, retry=self.retry, cache=self.cache,
-            on_failure=self.on_summary_failure,
+            on_failure=self.on_summary_failure, window=self.budget.input_budget,
         )
 
     def _finish(

@@ -8,11 +8,19 @@ sync or an async summarizer (the sans-IO shape of httpx's auth flows)::
        │ no
     fits the summarizer's window? ── no ──> split into parts, summarize each, merge them
        │ yes
-    call with retries and exponential backoff ── all failed ──> extractive fallback
-       │                                                        (or None: the policy's notice)
+    call ── too long for the model ──> split at once (half the window)
+       │ ── a refused request (400, 401, 403...) ──> extractive fallback at once
+       │ ── 429, 5xx, timeout ──> retry with exponential backoff
+       │                          ── all failed ──> extractive fallback
+       │                                            (or None: the policy's notice)
     verify: identifiers of the originals missing from the text are appended under DATA
        │
     cache it, reply
+
+The window a request must fit is the request's ``max_input_tokens``, else the
+summarizer's ``max_input_tokens`` attribute (the adapters' summarizers read it from their
+model's profile), else the conversation's input budget; the request, the summary's own size
+and the prompt's wrapping must fit it together.
 
 A failing summarizer never becomes the summary and never deletes history: its error is
 recorded in the notes and the reply falls back.
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from .._counting.counters import EstimatingCounter, TokenCounter
+from .._engine.overflow import error_kind
 from ..errors import ConfigurationError, SummarizerError
 from ..policy import SummaryReply, SummaryRequest
 from .cache import SummaryCache
@@ -41,6 +50,9 @@ __all__ = ["OnSummaryFailure", "RetryPolicy", "SummaryService"]
 T = TypeVar("T")
 OnSummaryFailure = Literal["extractive", "notice"]
 _MAX_DEPTH = 4
+_PROMPT_OVERHEAD = 256  # the summary prompt's system text and transcript labels
+_DEFAULT_SUMMARY_TOKENS = 1_024  # room for the reply when the request gives no size
+_MIN_WINDOW = 512  # below this a split cannot leave room for a useful part
 _PUNCTUATION = ".,;:!?()[]{}<>\"'`*"
 
 
@@ -103,6 +115,14 @@ class _Outcome:
 _Flow = Generator["_Call | _Sleep", "_Outcome | None", T]
 
 
+class _TooLong(Exception):
+    """The summarizer's model rejected the request as longer than its window."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Failed(Exception):
     def __init__(self, request: SummaryRequest, error: BaseException, attempts: int) -> None:
         super().__init__(str(error))
@@ -123,6 +143,8 @@ class SummaryService:
         cache: a content-hash cache shared across passes.
         on_failure: ``"extractive"`` replies with the extractive summary when the
             summarizer failed; ``"notice"`` replies ``None`` so the policy writes its notice.
+        window: the input window to assume when neither the request nor the summarizer
+            states one (the Compactor passes the conversation's input budget).
     """
 
     def __init__(
@@ -133,6 +155,7 @@ class SummaryService:
         retry: RetryPolicy | None = None,
         cache: SummaryCache | None = None,
         on_failure: OnSummaryFailure = "extractive",
+        window: int | None = None,
     ) -> None:
         if on_failure not in ("extractive", "notice"):
             raise ConfigurationError(
@@ -145,11 +168,12 @@ class SummaryService:
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self.on_failure = on_failure
+        self.window = window
         self.llm_calls = 0
         """Calls to an LLM summarizer (the extractive one and cache hits excluded)."""
         self.counts = dict.fromkeys(
             ("summarizer_calls", "cache_hits", "retries", "splits", "fallbacks", "failures",
-             "verified_missing", "verified_unfit"), 0,
+             "verified_missing", "verified_unfit", "too_long", "refused"), 0,
         )
         """Figures for the report: every call, hits, retries, splits, fallbacks..."""
         self.notes: list[str] = []
@@ -245,11 +269,23 @@ class SummaryService:
         self._cache_put(key, text)
         return SummaryReply(text=text)
 
-    def _summarize(self, request: SummaryRequest, depth: int) -> _Flow[str]:
-        window = _window(self.summarizer, request)
-        if window is None or depth >= _MAX_DEPTH or self._input_tokens(request) <= window:
-            return (yield from self._attempts(request))
-        parts = split_request(request, window, self.counter)
+    def _summarize(
+        self, request: SummaryRequest, depth: int, window: int | None = None
+    ) -> _Flow[str]:
+        window = window or _window(self.summarizer, request) or self.window
+        needed = self._input_tokens(request) + _reserve(request, window)
+        if window is None or depth >= _MAX_DEPTH or needed <= window:
+            try:
+                return (yield from self._attempts(request))
+            except _TooLong as too_long:
+                # The model's real window is smaller than assumed: split at once, no waiting.
+                self.counts["too_long"] += 1
+                smaller = min(window or needed, needed) // 2
+                if depth >= _MAX_DEPTH or smaller < _MIN_WINDOW:
+                    raise _Failed(request, too_long.error, 1) from None
+                return (yield from self._summarize(request, depth + 1, smaller))
+        room = window - _reserve(request, window)  # left for the input itself
+        parts = split_request(request, room, self.counter)
         if len(parts) < 2:
             return (yield from self._attempts(request))
         self.counts["splits"] += 1
@@ -260,7 +296,7 @@ class SummaryService:
                 cached = yield from self._attempts(part)
                 self._cache_put(part.cache_key, cached)
             texts.append(cached)
-        return (yield from self._summarize(merge_request(request, texts), depth + 1))
+        return (yield from self._summarize(merge_request(request, texts), depth + 1, window))
 
     def _attempts(self, request: SummaryRequest) -> _Flow[str]:
         error: BaseException = SummarizerError("no attempt made")
@@ -271,6 +307,12 @@ class SummaryService:
             if outcome is not None and outcome.text is not None:
                 return outcome.text
             error = outcome.error if outcome and outcome.error else SummarizerError("no summary")
+            kind = error_kind(error)
+            if kind == "overflow":
+                raise _TooLong(error)
+            if kind == "fatal":  # a refused request: retrying cannot help
+                self.counts["refused"] += 1
+                raise _Failed(request, error, attempt)
             if attempt < self.retry.max_attempts:
                 self.counts["retries"] += 1
                 yield _Sleep(self.retry.delay(attempt))
@@ -352,6 +394,15 @@ def _checked(text: object) -> _Outcome:
     if not text.strip():
         return _Outcome(None, SummarizerError("summarizer returned an empty summary"))
     return _Outcome(text)
+
+
+def _reserve(request: SummaryRequest, window: int | None) -> int:
+    """What a call takes of the window besides the input: the prompt's wrapping and room
+    for the summary itself (at most a quarter and a tenth of a small window)."""
+    reply = request.max_tokens or _DEFAULT_SUMMARY_TOKENS
+    if window is None:
+        return _PROMPT_OVERHEAD + reply
+    return min(_PROMPT_OVERHEAD, window // 10) + min(reply, window // 4)
 
 
 def _window(summarizer: AnySummarizer, request: SummaryRequest) -> int | None:

@@ -44,21 +44,29 @@ class ScriptedSummarizer:
 
     Each script item is a string (returned), an exception instance (raised) or a callable
     taking the request. When the script runs out, ``default`` is used (a callable or text);
-    with no default a ``RuntimeError`` says so.
+    with no default a ``RuntimeError`` says so. ``max_input_tokens`` plays the window of a
+    real model's summarizer.
 
     Example::
 
         s = ScriptedSummarizer(["first summary", TimeoutError("down"), "third"])
     """
 
+    max_input_tokens: int | None = None
+    """The window it claims, as an LLM summarizer's model profile states one (requests over
+    it are split); ``None``: the conversation's budget applies."""
+
     def __init__(
         self,
         script: Iterable[str | BaseException | Callable[[SummaryRequest], str]] = (),
         *,
         default: str | Callable[[SummaryRequest], str] | None = None,
+        max_input_tokens: int | None = None,
     ) -> None:
         self._script = list(script)
         self.default = default
+        if max_input_tokens is not None:
+            self.max_input_tokens = max_input_tokens
         self.requests: list[SummaryRequest] = []
         """Every request received, in order."""
 

@@ -1,0 +1,431 @@
+"""The model-call loop: one conversation's model calls, end to end, written once.
+
+A framework adapter supplies only conversion (its message type to and from core messages)
+and the send; everything else about a call happens here, the same for every framework::
+
+    convert (memoised: only new messages)  ->  persist new messages (stable identity)
+      ->  compact (every fixed cost counted: tools and extra prompt text)
+      ->  idle? answer without calling the model
+      ->  send  --context overflow-->  learn the stated limit, lower the budget for this
+                                       and later calls, compact below it, send once more;
+                                       overflowing again raises ContextOverflowError
+      ->  calibrate from the reported usage, reset the nudge counter
+
+The steps are one generator (:meth:`CallLoop.flow`) that yields two kinds of effects,
+``Compact`` and ``Send``; a sync and an async driver (:meth:`CallLoop.call`,
+:meth:`CallLoop.acall`) perform them, so both calling styles share every decision (the
+sans-IO shape of httpx's auth flows).
+
+:class:`Conversations` keeps one loop per conversation, least recently used dropped first.
+A call that names no conversation is keyed by its opening messages, so unrelated
+conversations (a ``batch()`` of different inputs) never share a loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, Union
+
+from .._counting.budget import Budget
+from .._messages.model import Message
+from .._messages.structure import SYSTEM_ROLES
+from ..errors import CompactionError, ConfigurationError, ContextOverflowError
+from ..stores._protocols import HistoryStore
+from .compactor import Compactor
+from .overflow import Overflow, overflow_of
+from .result import CompactionResult
+
+__all__ = [
+    "CallLoop",
+    "Conversations",
+    "Usage",
+    "View",
+    "conversation_key",
+    "stable_id",
+]
+
+F = TypeVar("F")  # the framework's message type
+R = TypeVar("R")  # what the framework's send returns
+
+Tools = Sequence[Mapping[str, Any]]
+
+SAFETY_MARGIN = 0.97
+"""Share of a provider's stated limit a recompaction aims below (counters differ a little)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the provider reported about one call."""
+
+    input_tokens: int | None
+    """Input (prompt) tokens the provider billed, when reported."""
+    output_tokens: int | None = None
+    """Output (completion) tokens, when reported."""
+
+
+@dataclass(frozen=True)
+class View(Generic[F]):
+    """What one model call sends: the framework's messages and the compaction behind them."""
+
+    messages: list[F]
+    """The compacted input, as framework messages (the caller's own objects where unchanged)."""
+    result: CompactionResult
+    """The core result with its report."""
+    retry: bool
+    """True for the one send after a context overflow."""
+
+    @property
+    def changed(self) -> bool:
+        """True when the model receives something other than the full input."""
+        r = self.result.report
+        return r.changed or r.messages_after != r.messages_before
+
+
+@dataclass(frozen=True, slots=True)
+class _Compact:
+    messages: list[Message]
+    force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    result: CompactionResult
+    retry: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    reason: str
+    result: CompactionResult
+
+
+_Effect = Union[_Compact, _Send]
+
+
+def stable_id(position: int, message: Message) -> str:
+    """An id for a message that came without one: the same message at the same position of
+    a conversation gets the same id in every process, so a restarted adapter recognises
+    what its store already holds."""
+    digest = hashlib.blake2b(f"{position}\0{message.fingerprint}".encode(), digest_size=12)
+    return "cf-" + digest.hexdigest()
+
+
+def conversation_key(messages: Sequence[Message]) -> str:
+    """A key for a call that names no conversation: its system prompt and first prompt.
+
+    Calls that continue the same conversation share it; a different task (another input of
+    a ``batch()``) gets another key and so its own loop.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    seen_prompt = False
+    for m in messages:
+        h.update(m.fingerprint.encode())
+        if m.role not in SYSTEM_ROLES:
+            seen_prompt = True
+            break
+    return ("auto-" if seen_prompt else "auto-empty-") + h.hexdigest()
+
+
+class CallLoop(Generic[F]):
+    """One conversation's model calls (see the module docstring).
+
+    Args:
+        compactor: the conversation's Compactor (policy, budget, summarizer, store).
+        to_core: converts one framework message at a position of the conversation. Give a
+            message that has no id of its own :func:`stable_id`.
+        from_core: converts one core message back, for messages the policy made or changed.
+        store: where every message the conversation sees is appended once (by id); default
+            the compactor's store. ``persist=False`` turns persistence off.
+        overflow_classes: the framework's own context-overflow exception classes.
+
+    Calls of one loop are serialised (a lock for sync calls; async callers of one loop
+    must not overlap, which an agent loop never does).
+    """
+
+    def __init__(
+        self,
+        compactor: Compactor,
+        *,
+        to_core: Callable[[F, int], Message],
+        from_core: Callable[[Message], F],
+        store: HistoryStore | None = None,
+        persist: bool = True,
+        overflow_classes: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self.compactor = compactor
+        self.key = compactor.conversation_id or "default"
+        self._to_core = to_core
+        self._from_core = from_core
+        self.store = store if store is not None else compactor.store
+        self.persist = persist
+        self.overflow_classes = overflow_classes
+        self.lock = threading.Lock()
+        self._in: list[F] = []  # the last input, as given
+        self._core: list[Message] = []  # its conversion
+        self._back: dict[int, F] = {}  # id(core) -> framework message, for self._core only
+        self._out_core: list[Message] = []  # the last view, both ways
+        self._out: list[F] = []
+        self._stored: set[str] | None = None
+
+    # -- state the adapters read ---------------------------------------------------------
+
+    @property
+    def idle_reason(self) -> str | None:
+        """Why the conversation is idle, or ``None`` while it is active."""
+        state = self.compactor.state
+        if not state.idle:
+            return None
+        return str(state.idle_reason or "no user prompt after repeated nudges")
+
+    @property
+    def budget(self) -> Budget:
+        """The budget calls are compacted to (lowered when a provider stated a smaller one)."""
+        return self.compactor.budget
+
+    # -- the flow --------------------------------------------------------------------------
+
+    def flow(self, messages: Sequence[F]) -> Generator[_Effect, Any, _Idle | CompactionResult]:
+        """The steps of one call as effects; returns the last compaction's result (or an
+        idle marker). The driver answers ``_Compact`` with a ``CompactionResult`` and
+        ``_Send`` with the send's return value, or throws the send's exception in."""
+        core = self.to_core(messages)
+        result: CompactionResult = yield _Compact(core, False)
+        reason = self.idle_reason
+        if reason is not None:
+            return _Idle(reason, result)
+        try:
+            yield _Send(result, False)
+            return result
+        except Exception as error:
+            overflow = overflow_of(error, self.overflow_classes)
+            if overflow is None:
+                raise
+            first = error
+        self._lower_budget(overflow, result)
+        try:
+            result = yield _Compact(core, True)
+        except CompactionError as stuck:  # no progress, or not even the minimum fits
+            raise ContextOverflowError(
+                f"the provider rejected the input as too long ({first}) and compaction "
+                f"cannot shrink it below the limit ({stuck})", provider_error=first,
+            ) from first
+        try:
+            yield _Send(result, True)
+        except Exception as error:
+            if overflow_of(error, self.overflow_classes) is None:
+                raise
+            raise ContextOverflowError(
+                f"the provider rejected the input as too long twice, the second time after "
+                f"compacting to {result.report.tokens_after} tokens under a budget of "
+                f"{self.budget.input_budget}: {error}", provider_error=error,
+            ) from error
+        return result
+
+    # -- drivers -----------------------------------------------------------------------------
+
+    def call(
+        self, messages: Sequence[F], send: Callable[[View[F]], R], *,
+        usage: Callable[[R], Usage | None] | None = None, tools: Tools | None = None,
+        extra_tokens: int = 0, idle: Callable[[str, View[F]], R] | None = None,
+    ) -> R:
+        """One model call, synchronously.
+
+        Args:
+            messages: the whole conversation as the framework holds it.
+            send: calls the model with the view's messages; raises the provider's error.
+            usage: reads the reply's usage (``None`` for a stream: call :meth:`delivered`
+                when it ends).
+            tools: the tool definitions sent with the call (counted).
+            extra_tokens: other prompt text the framework adds that is not in ``messages``
+                (retrieved context, a structured-output schema).
+            idle: makes the reply of an idle conversation (no model call); default raises.
+        """
+        with self.lock:
+            flow = self.flow(messages)
+            value: Any = None
+            error: BaseException | None = None
+            sent: R | None = None
+            while True:
+                try:
+                    effect = flow.throw(error) if error is not None else flow.send(value)
+                except StopIteration as stop:
+                    return self._finish(stop.value, sent, usage, idle)
+                value, error = None, None
+                try:
+                    if isinstance(effect, _Compact):
+                        value = self.compactor.compact(
+                            effect.messages, force=effect.force, tools=tools,
+                            extra_tokens=extra_tokens,
+                        )
+                    else:
+                        sent = send(self._view(effect))
+                except Exception as exc:
+                    error = exc
+
+    async def acall(
+        self, messages: Sequence[F], send: Callable[[View[F]], Awaitable[R]], *,
+        usage: Callable[[R], Usage | None] | None = None, tools: Tools | None = None,
+        extra_tokens: int = 0, idle: Callable[[str, View[F]], R] | None = None,
+    ) -> R:
+        """The async form of :meth:`call` (summaries and the send are awaited)."""
+        flow = self.flow(messages)
+        value: Any = None
+        error: BaseException | None = None
+        sent: R | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as stop:
+                return self._finish(stop.value, sent, usage, idle)
+            value, error = None, None
+            try:
+                if isinstance(effect, _Compact):
+                    value = await self.compactor.acompact(
+                        effect.messages, force=effect.force, tools=tools,
+                        extra_tokens=extra_tokens,
+                    )
+                else:
+                    sent = await send(self._view(effect))
+            except Exception as exc:
+                error = exc
+
+    def delivered(self, usage: Usage | None) -> None:
+        """A reply arrived: calibrate from its usage and reset the nudge counter.
+
+        The counter is left to the policy during a nudge streak (three nudged iterations go
+        idle even when the model answers them); otherwise a reply resets it.
+        """
+        if usage is not None and usage.input_tokens:
+            self.compactor.observe_usage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens or None
+            )
+        if not self.compactor.state.encouragement_count:
+            self.compactor.record_response()
+
+    # -- conversion and persistence --------------------------------------------------------
+
+    def to_core(self, messages: Sequence[F]) -> list[Message]:
+        """Core messages for ``messages``; the previous input's conversions are reused, and
+        new messages are appended to the store.
+
+        An agent loop passes the previous input plus new messages: the prefix is checked in
+        one C-level comparison (identity first) and only the new messages are converted.
+        Framework messages are treated as immutable, as LangGraph's state does.
+        """
+        given = list(messages)
+        n = len(self._in)
+        if n and len(given) >= n and given[:n] == self._in:
+            new = [self._to_core(m, n + i) for i, m in enumerate(given[n:])]
+            self._back.update(zip(map(id, new), given[n:], strict=True))
+            self._core.extend(new)
+            fresh = n
+        else:
+            known = {id(f): c for f, c in zip(self._in, self._core, strict=True)}
+            self._core = [known.get(id(m)) or self._to_core(m, i) for i, m in enumerate(given)]
+            self._back = dict(zip(map(id, self._core), given, strict=True))
+            fresh = 0
+        self._in = given
+        if self.persist and self.store is not None:
+            self._store_new(self._core[fresh:])
+        return list(self._core)
+
+    def from_core(self, messages: Sequence[Message]) -> list[F]:
+        """Framework messages for a compacted view: the caller's own objects where unchanged."""
+        out = list(messages)
+        k = len(self._out_core)
+        if k and len(out) >= k and out[:k] == self._out_core:
+            converted = self._out + [self._original(m) for m in out[k:]]
+        else:
+            converted = [self._original(m) for m in out]
+        self._out_core, self._out = out, converted
+        return list(converted)
+
+    def _original(self, message: Message) -> F:
+        original = self._back.get(id(message))
+        return original if original is not None else self._from_core(message)
+
+    def _store_new(self, messages: Sequence[Message]) -> None:
+        """Append the messages the store does not hold yet (by id)."""
+        assert self.store is not None
+        if self._stored is None:
+            self._stored = {m.id for m in self.store.load(self.key)}
+        new = [m for m in messages if m.id not in self._stored]
+        if new:
+            self.store.append(self.key, new)
+            self._stored.update(m.id for m in new)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _view(self, effect: _Send) -> View[F]:
+        return View(self.from_core(effect.result.messages), effect.result, effect.retry)
+
+    def _finish(
+        self, outcome: _Idle | CompactionResult, sent: R | None,
+        usage: Callable[[R], Usage | None] | None, idle: Callable[[str, View[F]], R] | None,
+    ) -> R:
+        if isinstance(outcome, _Idle):
+            view = View(self.from_core(outcome.result.messages), outcome.result, False)
+            if idle is None:
+                raise ConfigurationError(f"conversation {self.key!r} is idle: {outcome.reason}")
+            return idle(outcome.reason, view)
+        assert sent is not None  # the flow ends after a successful send
+        if usage is not None:
+            self.delivered(usage(sent))
+        return sent
+
+    def _lower_budget(self, overflow: Overflow, sent: CompactionResult) -> None:
+        """Lower the conversation's input budget below what the provider accepts.
+
+        The provider's limit is in its own tokens; ours may count differently, so the limit
+        is scaled by how the provider's count of the rejected input compares with ours.
+        Without a stated limit, the input that was rejected is the ceiling.
+        """
+        ours = max(sent.report.tokens_after, 1)
+        ratio = max(1.0, (overflow.prompt_tokens or ours) / ours)
+        limit = overflow.input_limit
+        if limit is not None and overflow.completion_tokens is None:
+            limit -= self.budget.output_reserve
+        ceiling = limit if limit is not None else min(ours, overflow.prompt_tokens or ours)
+        self.compactor.limit_input(int(ceiling / ratio * SAFETY_MARGIN))
+
+
+class Conversations(Generic[F]):
+    """One :class:`CallLoop` per conversation key, the least recently used dropped first.
+
+    Args:
+        make: builds the loop of a new key.
+        max_conversations: loops kept in memory.
+    """
+
+    def __init__(self, make: Callable[[str], CallLoop[F]], max_conversations: int = 1024) -> None:
+        if not isinstance(max_conversations, int) or max_conversations < 1:
+            raise ConfigurationError(
+                f"max_conversations must be an int >= 1, got {max_conversations!r}"
+            )
+        self._make = make
+        self.max_conversations = max_conversations
+        self._loops: OrderedDict[str, CallLoop[F]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CallLoop[F]:
+        """The loop of ``key``, created on first use."""
+        with self._lock:
+            loop = self._loops.get(key)
+            if loop is None:
+                loop = self._loops[key] = self._make(key)
+                while len(self._loops) > self.max_conversations:
+                    self._loops.popitem(last=False)
+            else:
+                self._loops.move_to_end(key)
+            return loop
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._loops
+
+    def __len__(self) -> int:
+        return len(self._loops)
+
