@@ -193,3 +193,30 @@ def test_new_agent_inherits_the_swarm_commander_broadcast(counter, swarm_id):
     assert out[1].text == "Hold the line at Sol."
     assert (c.state.encouragement_count, c.state.idle) == (0, False)
     assert idle_events(events) == []
+
+
+# -- a user's task keeps the agent running until it is answered -------------------------
+
+
+def test_an_unanswered_task_outside_the_window_stays_the_prompt(counter) -> None:
+    # A create_agent run: one human task, then tool loop after tool loop with no answer.
+    # The task leaves the 20-message scan window after ten rounds; it must still drive
+    # every request, and no nudge may replace it (nudges would idle the run).
+    c, events = compactor(counter)
+    task = M("user", "Read all 60 documents and list their codes.")
+    history = [M("system", "You read documents."), task]
+    for k in range(40):
+        history += loop(f"c{k}", f"document {k}")
+        out = c.compact(history).messages
+        assert task in out and not any(m.source == "nudge" for m in out)
+    assert c.state.encouragement_count == 0 and not idle_events(events)
+
+
+def test_once_the_task_is_answered_an_autonomous_agent_is_nudged(counter) -> None:
+    c, _ = compactor(counter)
+    history = [M("system", "You mine."), M("user", "Report your cargo."), *loop("c0"),
+               M("assistant", "Cargo: 12 t of iron ore.")]
+    for k in range(1, 15):
+        history += loop(f"c{k}")
+    out = c.compact(history).messages
+    assert out[1].source == "nudge" and c.state.encouragement_count == 1

@@ -18,8 +18,10 @@ session markers) are context, not prompts.
 The search order of :func:`choose_prompt` (seed 001's sliding-window protection):
 
 1. the scan window (the last ``max_context_messages`` of the history);
-2. the most recent broadcast anywhere in the given history (a mission pushed out of the
-   window by the agent's own work);
+2. the most recent real prompt before the window when nothing has answered it yet (a task
+   pushed out of the window by the agent's own tool calls keeps the agent running until it
+   answers), else the most recent broadcast anywhere in the given history (a mission stays
+   a mission after it was acknowledged);
 3. the store: ``store.most_recent_broadcast(conversation_id, swarm_id)`` (this
    conversation's broadcast, else the swarm's commander broadcast, so a new agent inherits
    the swarm's mission);
@@ -164,6 +166,18 @@ def find_prompt(
     return best
 
 
+def unanswered_prompt(messages: Sequence[Message], end: int) -> int | None:
+    """Index of the most recent real prompt in ``messages[:end]`` when no final answer (an
+    assistant message with text and no tool calls) follows it anywhere, else ``None``."""
+    index = find_prompt(messages[:end], 0)
+    if index is None:
+        return None
+    for m in messages[index + 1 :]:
+        if m.role == "assistant" and not m.tool_calls and m.text.strip():
+            return None
+    return index
+
+
 def latest_broadcast(messages: Sequence[Message], end: int) -> int | None:
     """Index of the most recent broadcast in ``messages[:end]``, or ``None``."""
     for i in range(min(end, len(messages)) - 1, -1, -1):
@@ -244,7 +258,9 @@ def choose_prompt(
     """
     index = find_prompt(messages, window_start, selection=selection)
     if index is None:
-        index = latest_broadcast(messages, window_start)
+        index = unanswered_prompt(messages, window_start)
+        if index is None:
+            index = latest_broadcast(messages, window_start)
         origin: Literal["window", "history"] = "history"
     else:
         origin = "window"
@@ -274,7 +290,8 @@ def prompt_notes(
     if choice.origin == "store":
         return ("prompt source outside the history: used the store's latest broadcast",)
     if choice.origin == "history":
-        return ("prompt source outside the scan window: used the latest broadcast",)
+        what = "broadcast" if choice.message.source == "broadcast" else "unanswered prompt"
+        return (f"prompt source outside the scan window: used the latest {what}",)
     return ()
 
 
