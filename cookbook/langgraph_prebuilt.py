@@ -3,8 +3,10 @@
 Run: python cookbook/langgraph_prebuilt.py
 
 The hook returns `llm_input_messages`: the graph's state keeps every message, the model
-sees the compacted view (never empty, always valid). For overflow retries wrap the model
-with `with_compaction` as well; the hook alone cannot retry a call made in another node.
+sees the compacted view (never empty, always valid). The agent adds its prompt and the
+tool definitions after the hook, so the hook is given both: they count against the budget.
+For overflow retries wrap the model with `with_compaction` as well; the hook alone cannot
+retry a call made in another node.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from langgraph.prebuilt import create_react_agent
 
 import contextfold as cf
 from _scripted import langchain_model, page_text
-from langchain_contextfold import pre_model_hook, to_core
+from langchain_contextfold import CompactionHook, to_core
 
 
 @tool
@@ -26,11 +28,15 @@ def read_page(page: int) -> str:
     return page_text(page)
 
 
+PROMPT = "You read reports page by page and report what they say."
 budget = cf.Budget(context_window=10_000, output_reserve=1_000)
-hook = pre_model_hook(policy=cf.TurnAwarePolicy(), budget=budget)
+hook = CompactionHook(policy=cf.TurnAwarePolicy(), budget=budget, tools=[read_page],
+                      system_prompt=PROMPT)
 with warnings.catch_warnings():  # LangGraph 1.x points new code to langchain.agents
     warnings.simplefilter("ignore", DeprecationWarning)
-    agent = create_react_agent(langchain_model(), [read_page], pre_model_hook=hook)
+    agent = create_react_agent(langchain_model(), [read_page], prompt=PROMPT,
+                               pre_model_hook=hook.pre_model_hook,
+                               post_model_hook=hook.post_model_hook)
 
 state = agent.invoke({"messages": [HumanMessage("Read pages 0 to 39, then report.")]},
                      config={"recursion_limit": 200})

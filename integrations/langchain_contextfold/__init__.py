@@ -15,7 +15,7 @@ sees is compacted, and it is always a valid sequence within the budget::
 from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
 from ._events import COMPACTION_EVENT, IDLE_EVENT
 from ._history import CompactingChatMessageHistory
-from ._hooks import CompactionHook, pre_model_hook
+from ._hooks import CompactionHook
 from ._middleware import CompactionMiddleware
 from ._overflow import is_context_overflow, overflow_figures
 from ._runnable import CompactingChatModel, with_compaction
@@ -43,7 +43,6 @@ __all__ = [
     "from_core",
     "is_context_overflow",
     "overflow_figures",
-    "pre_model_hook",
     "read_original_tool_for",
     "search_tools_for",
     "to_core",

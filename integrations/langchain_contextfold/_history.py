@@ -27,10 +27,13 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from contextfold import Budget, ConfigurationError, Policy, TokenCounter
+from contextfold import Budget, ConfigurationError, TokenCounter
+from contextfold.integration import AnySummarizer
+from contextfold.policy import Policy
+from contextfold.stores import HistoryStore
 
 from ._convert import from_core, to_core
-from ._engine import DEFAULT_CONVERSATION, Engine
+from ._engine import Engine
 
 __all__ = ["CompactingChatMessageHistory"]
 
@@ -59,9 +62,9 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         *,
         policy: Policy,
         budget: Budget,
-        summarizer: Any = None,
-        store: Any = None,
-        conversation_id: str = DEFAULT_CONVERSATION,
+        summarizer: AnySummarizer | None = None,
+        store: HistoryStore | None = None,
+        conversation_id: str = "default",
         counter: TokenCounter | None = None,
         tools: Sequence[Any] | None = None,
     ) -> None:
@@ -79,23 +82,26 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         """Every message, as stored."""
         if self.history is not None:
             return list(self.history.messages)
+        return self._stored()
+
+    def _stored(self) -> list[BaseMessage]:
+        assert self.store is not None  # __init__ requires a history or a store
         return from_core(self.store.load(self.conversation_id))
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The compacted view of the history (what the model should see)."""
-        conv = self.engine.conversation(self.conversation_id)
-        return self.engine.view(conv, self.full_messages,
-                                self.engine.tool_dicts(self.tools)).messages
+        loop = self.engine.conversations.get(self.conversation_id)
+        return loop.view(self.full_messages, tools=self.engine.tool_dicts(self.tools)).messages
 
     async def aget_messages(self) -> list[BaseMessage]:
         """The async form of :attr:`messages`."""
         if self.history is not None:
             full = list(await self.history.aget_messages())
         else:
-            full = from_core(self.store.load(self.conversation_id))
-        conv = self.engine.conversation(self.conversation_id)
-        view = await self.engine.aview(conv, full, self.engine.tool_dicts(self.tools))
+            full = self._stored()
+        loop = self.engine.conversations.get(self.conversation_id)
+        view = await loop.aview(full, tools=self.engine.tool_dicts(self.tools))
         return view.messages
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -118,4 +124,4 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self.history.clear()
         if self.store is not None:
             self.store.clear(self.conversation_id)
-        self.engine.conversation(self.conversation_id).compactor.reset()
+        self.engine.conversations.get(self.conversation_id).compactor.reset()

@@ -7,6 +7,10 @@ cannot retry the model call, so the overflow retry needs the model wrapped with
 :func:`~langchain_contextfold.with_compaction` (which also ends the loop when the
 conversation goes idle).
 
+The prebuilt agent adds its prompt and sends the tool definitions after the hook ran, so
+the hook must be told both: ``tools`` and ``system_prompt`` are required (pass ``[]`` and
+``None`` when the agent has none), and both count against the budget.
+
 Example::
 
     hook = CompactionHook(policy=cf.ThresholdPolicy(), budget=budget, tools=tools,
@@ -24,12 +28,15 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from contextfold import Budget, Policy, TokenCounter
+from contextfold import Budget, TokenCounter
+from contextfold.integration import AnySummarizer, View
+from contextfold.policy import Policy
+from contextfold.stores import HistoryStore
 
-from ._engine import Conversation, Engine, View, conversation_key
+from ._engine import Engine, Loop, usage_of
 from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
 
-__all__ = ["CompactionHook", "pre_model_hook"]
+__all__ = ["CompactionHook"]
 
 
 def _messages_of(state: Any) -> list[BaseMessage]:
@@ -43,11 +50,13 @@ class CompactionHook:
     Args:
         policy: the compaction policy.
         budget: the model's token budget.
+        tools: the agent's tools, so their definitions count against the budget (``[]``
+            when it has none).
+        system_prompt: the agent's prompt (added after the hook), so it counts too
+            (``None`` when it has none).
         summarizer: makes summaries; default ``cf.ExtractiveSummarizer``.
         store: a history store; every message of the conversation is kept there.
         counter: how to count; default ``counter_for_model(budget.model)``.
-        tools: the agent's tools, so their definitions count against the budget.
-        system_prompt: the agent's prompt (added after the hook), so it counts too.
         max_conversations: conversations (thread ids) kept in memory.
     """
 
@@ -56,11 +65,11 @@ class CompactionHook:
         *,
         policy: Policy,
         budget: Budget,
-        summarizer: Any = None,
-        store: Any = None,
+        tools: Sequence[Any],
+        system_prompt: str | SystemMessage | None,
+        summarizer: AnySummarizer | None = None,
+        store: HistoryStore | None = None,
         counter: TokenCounter | None = None,
-        tools: Sequence[Any] | None = None,
-        system_prompt: str | SystemMessage | None = None,
         max_conversations: int = 1024,
     ) -> None:
         self.engine = Engine(policy=policy, budget=budget, counter=counter,
@@ -70,44 +79,44 @@ class CompactionHook:
         self.system = SystemMessage(system_prompt) if isinstance(system_prompt, str) \
             else system_prompt
 
-    def _inputs(self, state: Any, config: RunnableConfig) -> tuple[Conversation, list[BaseMessage]]:
-        conv = self.engine.conversation(conversation_key(config))
+    def _inputs(self, state: Any, config: RunnableConfig) -> tuple[Loop, list[BaseMessage]]:
         messages = _messages_of(state)
         if self.system is not None:
             messages.insert(0, self.system)
-        return conv, messages
+        return self.engine.loop(config, messages), messages
 
-    def _output(self, view: View, state: Any) -> dict[str, Any]:
+    def _output(self, view: View[BaseMessage], state: Any) -> dict[str, Any]:
         out = list(view.messages)
         if self.system is not None and out and out[0] is self.system:
             out = out[1:]
         return {"llm_input_messages": out or _messages_of(state)}
 
     def _pre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        conv, messages = self._inputs(state, config)
-        view = self.engine.view(conv, messages, self.engine.tool_dicts(self.tools))
+        loop, messages = self._inputs(state, config)
+        view = loop.view(messages, tools=self.engine.tool_dicts(self.tools))
         if view.changed:
-            emit(COMPACTION_EVENT, report_payload(view.result.report, conv.key), config=config)
-        if conv.idle_reason is not None:
-            emit(IDLE_EVENT, {"conversation_id": conv.key, "reason": conv.idle_reason},
+            emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key), config=config)
+        if loop.idle_reason is not None:
+            emit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},
                  config=config)
         return self._output(view, state)
 
     async def _apre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        conv, messages = self._inputs(state, config)
-        view = await self.engine.aview(conv, messages, self.engine.tool_dicts(self.tools))
+        loop, messages = self._inputs(state, config)
+        view = await loop.aview(messages, tools=self.engine.tool_dicts(self.tools))
         if view.changed:
-            await aemit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+            await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
                         config=config)
-        if conv.idle_reason is not None:
-            await aemit(IDLE_EVENT, {"conversation_id": conv.key, "reason": conv.idle_reason},
+        if loop.idle_reason is not None:
+            await aemit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},
                         config=config)
         return self._output(view, state)
 
     def _post(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _messages_of(state)
         if messages and isinstance(messages[-1], AIMessage):
-            self.engine.conversation(conversation_key(config)).observe(messages[-1])
+            loop, _ = self._inputs(state, config)
+            loop.delivered(usage_of(messages[-1]))
         return {}
 
     async def _apost(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
@@ -123,9 +132,3 @@ class CompactionHook:
         """The node to pass as ``create_react_agent(post_model_hook=...)`` (calibration)."""
         return RunnableLambda(self._post, afunc=self._apost, name="contextfold_post_model_hook")
 
-
-def pre_model_hook(
-    *, policy: Policy, budget: Budget, **options: Any
-) -> Runnable[Any, dict[str, Any]]:
-    """A ``pre_model_hook`` for ``create_react_agent`` (see :class:`CompactionHook`)."""
-    return CompactionHook(policy=policy, budget=budget, **options).pre_model_hook

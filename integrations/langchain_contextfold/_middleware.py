@@ -25,9 +25,12 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import ensure_config
 
-from contextfold import Budget, Policy, TokenCounter
+from contextfold import Budget, TokenCounter
+from contextfold.integration import AnySummarizer, Usage, View
+from contextfold.policy import Policy
+from contextfold.stores import HistoryStore
 
-from ._engine import Conversation, Engine, View, conversation_key, idle_reply
+from ._engine import Engine, Loop, idle_reply, usage_of
 from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
 from ._summarizer import ChatModelSummarizer
 
@@ -40,17 +43,21 @@ class _AgentModelSummarizer(ChatModelSummarizer):
     """Summarizes with the model of the request being compacted (set before each call)."""
 
     def __init__(self) -> None:
-        super().__init__(model=None)  # type: ignore[arg-type]
+        super().__init__(model=None, max_input_tokens=None)  # type: ignore[arg-type]
 
 
 def _reply_of(result: Any) -> BaseMessage | None:
     if isinstance(result, AIMessage):
-        return None if result.response_metadata.get("contextfold_idle") else result
+        return result
     response = getattr(result, "model_response", result)  # ExtendedModelResponse
     for message in getattr(response, "result", ()):
         if isinstance(message, AIMessage):
             return message
     return None
+
+
+def _usage(result: Any) -> Usage | None:
+    return usage_of(_reply_of(result))
 
 
 class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
@@ -73,8 +80,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         *,
         policy: Policy,
         budget: Budget,
-        summarizer: Any = None,
-        store: Any = None,
+        summarizer: AnySummarizer | None = None,
+        store: HistoryStore | None = None,
         counter: TokenCounter | None = None,
         max_conversations: int = 1024,
     ) -> None:
@@ -86,16 +93,16 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             store=store, max_conversations=max_conversations,
         )
 
-    def _begin(self, request: ModelRequest) -> tuple[Conversation, list[BaseMessage], Any]:
+    def _begin(self, request: ModelRequest) -> tuple[Loop, list[BaseMessage], Any]:
         if self._agent_summarizer is not None:
             self._agent_summarizer.model = request.model
-        conv = self.engine.conversation(conversation_key(ensure_config()))
         messages: list[BaseMessage] = list(request.messages)
         if request.system_message is not None:
             messages.insert(0, request.system_message)
-        return conv, messages, self.engine.tool_dicts(request.tools)
+        loop = self.engine.loop(ensure_config(), messages)
+        return loop, messages, self.engine.tool_dicts(request.tools)
 
-    def _compacted(self, request: ModelRequest, view: View) -> ModelRequest:
+    def _compacted(self, request: ModelRequest, view: View[BaseMessage]) -> ModelRequest:
         out: list[Any] = view.messages  # AnyMessage: every class from_core builds
         system = request.system_message
         if system is not None and out and out[0] is system:
@@ -108,37 +115,48 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse[Any]],
     ) -> Any:
         """Compact the request, call the model, retry on overflow, end an idle loop."""
-        conv, messages, tools = self._begin(request)
+        loop, messages, tools = self._begin(request)
         writer = getattr(request.runtime, "stream_writer", None)
 
-        def send(view: View) -> Result:
+        def announce(view: View[BaseMessage]) -> None:
             if view.changed:
-                emit(COMPACTION_EVENT, report_payload(view.result.report, conv.key), writer=writer)
-            reason = conv.idle_reason
-            if reason is not None:
-                emit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason}, writer=writer)
-                return idle_reply(reason)
+                emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key), writer=writer)
+            if loop.idle_reason is not None:
+                emit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},
+                     writer=writer)
+
+        def send(view: View[BaseMessage]) -> Result:
+            announce(view)
             return handler(self._compacted(request, view))
 
-        return self.engine.call(conv, messages, tools, send, _reply_of)
+        def idle(reason: str, view: View[BaseMessage]) -> Result:
+            announce(view)
+            return idle_reply(reason)
+
+        return loop.call(messages, send, usage=_usage, tools=tools, idle=idle)
 
     async def awrap_model_call(
         self, request: ModelRequest,
         handler: Callable[[ModelRequest], Awaitable[ModelResponse[Any]]],
     ) -> Any:
         """The async form of :meth:`wrap_model_call`."""
-        conv, messages, tools = self._begin(request)
+        loop, messages, tools = self._begin(request)
         writer = getattr(request.runtime, "stream_writer", None)
 
-        async def send(view: View) -> Result:
+        async def announce(view: View[BaseMessage]) -> None:
             if view.changed:
-                await aemit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+                await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
                             writer=writer)
-            reason = conv.idle_reason
-            if reason is not None:
-                await aemit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason},
-                            writer=writer)
-                return idle_reply(reason)
+            if loop.idle_reason is not None:
+                await aemit(IDLE_EVENT, {"conversation_id": loop.key,
+                                         "reason": loop.idle_reason}, writer=writer)
+
+        async def send(view: View[BaseMessage]) -> Result:
+            await announce(view)
             return await handler(self._compacted(request, view))
 
-        return await self.engine.acall(conv, messages, tools, send, _reply_of)
+        async def idle(reason: str, view: View[BaseMessage]) -> Result:
+            await announce(view)
+            return idle_reply(reason)
+
+        return await loop.acall(messages, send, usage=_usage, tools=tools, idle=idle)

@@ -1,6 +1,6 @@
 """Recognising a context-overflow error in LangChain (seed 004's third layer of defence).
 
-The rules live in the core (:mod:`contextfold._engine.overflow`: OpenAI's
+The rules live in the core (:func:`contextfold.integration.overflow_of`: OpenAI's
 ``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers'
 wording, searched along the exception chain); this module adds langchain-core's
 ``ContextOverflowError``, which current partner packages raise (for example
@@ -9,13 +9,14 @@ langchain-openai's ``OpenAIContextOverflowError``).
 
 from __future__ import annotations
 
-from contextfold._engine.overflow import OVERFLOW_PHRASES, overflow_figures
-from contextfold._engine.overflow import is_context_overflow as _is_overflow
+from contextfold.integration import OVERFLOW_PHRASES, overflow_figures
+from contextfold.integration import is_context_overflow as _is_overflow
 
-__all__ = ["OVERFLOW_PHRASES", "is_context_overflow", "overflow_figures"]
+__all__ = ["OVERFLOW_PHRASES", "is_context_overflow", "overflow_classes", "overflow_figures"]
 
 
-def _overflow_classes() -> tuple[type[BaseException], ...]:
+def overflow_classes() -> tuple[type[BaseException], ...]:
+    """langchain-core's typed overflow errors (none before ``ContextOverflowError`` existed)."""
     try:
         from langchain_core.exceptions import ContextOverflowError
     except ImportError:  # langchain-core before ContextOverflowError existed
@@ -34,4 +35,4 @@ def is_context_overflow(error: BaseException) -> bool:
             if is_context_overflow(exc):
                 ...  # compact with force=True and retry
     """
-    return _is_overflow(error, _overflow_classes())
+    return _is_overflow(error, overflow_classes())

@@ -30,9 +30,12 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextfold import Budget, ConfigurationError, Policy, TokenCounter
+from contextfold import Budget, ConfigurationError, TokenCounter
+from contextfold.integration import AnySummarizer, View
+from contextfold.policy import Policy
+from contextfold.stores import HistoryStore
 
-from ._engine import Conversation, Engine, View, conversation_key, idle_reply
+from ._engine import Engine, Loop, idle_reply, thread_key, usage_of
 from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
 from ._summarizer import ChatModelSummarizer
 
@@ -88,10 +91,6 @@ def _streaming_run(kwargs: dict[str, Any], cls: type[M]) -> M | None:
     )
 
 
-def _reply(out: BaseMessage) -> BaseMessage | None:
-    return None if out.response_metadata.get("contextfold_idle") else out
-
-
 class CompactingChatModel(BaseChatModel):
     """A chat model that compacts its input before the wrapped model sees it.
 
@@ -121,14 +120,14 @@ class CompactingChatModel(BaseChatModel):
         self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
         stop: list[str] | None = None, **kwargs: Any,
     ) -> AIMessage:
-        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        kwargs.setdefault(_KEY, thread_key(ensure_config(config)))
         return super().invoke(input, config, stop=stop, **kwargs)
 
     async def ainvoke(  # type: ignore[override]
         self, input: LanguageModelInput, config: RunnableConfig | None = None, *,
         stop: list[str] | None = None, **kwargs: Any,
     ) -> AIMessage:
-        kwargs.setdefault(_KEY, conversation_key(ensure_config(config)))
+        kwargs.setdefault(_KEY, thread_key(ensure_config(config)))
         return await super().ainvoke(input, config, stop=stop, **kwargs)
 
     # ``stream`` does not hand its run manager to ``_stream``: the run id is chosen here
@@ -139,7 +138,7 @@ class CompactingChatModel(BaseChatModel):
         stop: list[str] | None = None, **kwargs: Any,
     ) -> Iterator[AIMessageChunk]:
         config = ensure_config(config)
-        kwargs.setdefault(_KEY, conversation_key(config))
+        kwargs.setdefault(_KEY, thread_key(config))
         config["run_id"] = kwargs[_RUN] = config.get("run_id") or uuid.uuid4()
         kwargs[_CALLBACKS] = (config.get("callbacks"), config.get("tags"), config.get("metadata"))
         yield from super().stream(input, config, stop=stop, **kwargs)
@@ -149,7 +148,7 @@ class CompactingChatModel(BaseChatModel):
         stop: list[str] | None = None, **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
         config = ensure_config(config)
-        kwargs.setdefault(_KEY, conversation_key(config))
+        kwargs.setdefault(_KEY, thread_key(config))
         config["run_id"] = kwargs[_RUN] = config.get("run_id") or uuid.uuid4()
         kwargs[_CALLBACKS] = (config.get("callbacks"), config.get("tags"), config.get("metadata"))
         async for chunk in super().astream(input, config, stop=stop, **kwargs):
@@ -157,40 +156,49 @@ class CompactingChatModel(BaseChatModel):
 
     # -- generation ---------------------------------------------------------------------
 
-    def _start(self, kwargs: dict[str, Any]) -> tuple[Conversation, list[dict[str, Any]]]:
+    def _start(
+        self, messages: list[BaseMessage], kwargs: dict[str, Any]
+    ) -> tuple[Loop, list[dict[str, Any]]]:
         kwargs.pop(_RUN, None)
         kwargs.pop(_CALLBACKS, None)
-        conv = self.engine.conversation(kwargs.pop(_KEY, None))
-        return conv, self.engine.tool_dicts(kwargs.get("tools"))
+        key = kwargs.pop(_KEY, None)
+        loop = self.engine.conversations.get(key) if key else self.engine.loop(None, messages)
+        return loop, self.engine.tool_dicts(kwargs.get("tools"))
 
     def _generate(
         self, messages: list[BaseMessage], stop: list[str] | None = None,
         run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> ChatResult:
-        conv, tools = self._start(kwargs)
+        loop, tools = self._start(messages, kwargs)
 
-        def send(view: View) -> BaseMessage:
-            if _announce(view, conv, run_manager):
-                return idle_reply(conv.idle_reason or "")
+        def send(view: View[BaseMessage]) -> BaseMessage:
+            _announce(view, loop, run_manager)
             return self.model.invoke(view.messages, _inner_config(run_manager), stop=stop,
                                      **kwargs)
 
-        reply = self.engine.call(conv, messages, tools, send, _reply)
+        def idle(reason: str, view: View[BaseMessage]) -> BaseMessage:
+            _announce(view, loop, run_manager)
+            return idle_reply(reason)
+
+        reply = loop.call(messages, send, usage=usage_of, tools=tools, idle=idle)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     async def _agenerate(
         self, messages: list[BaseMessage], stop: list[str] | None = None,
         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> ChatResult:
-        conv, tools = self._start(kwargs)
+        loop, tools = self._start(messages, kwargs)
 
-        async def send(view: View) -> BaseMessage:
-            if await _aannounce(view, conv, run_manager):
-                return idle_reply(conv.idle_reason or "")
+        async def send(view: View[BaseMessage]) -> BaseMessage:
+            await _aannounce(view, loop, run_manager)
             return await self.model.ainvoke(view.messages, _inner_config(run_manager),
                                             stop=stop, **kwargs)
 
-        reply = await self.engine.acall(conv, messages, tools, send, _reply)
+        async def idle(reason: str, view: View[BaseMessage]) -> BaseMessage:
+            await _aannounce(view, loop, run_manager)
+            return idle_reply(reason)
+
+        reply = await loop.acall(messages, send, usage=usage_of, tools=tools, idle=idle)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     def _stream(
@@ -198,46 +206,56 @@ class CompactingChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         run_manager = run_manager or _streaming_run(kwargs, CallbackManagerForLLMRun)
-        conv, tools = self._start(kwargs)
+        loop, tools = self._start(messages, kwargs)
 
-        def send(view: View) -> tuple[AIMessageChunk, Iterator[AIMessageChunk]]:
-            if _announce(view, conv, run_manager):
-                return _as_chunk(idle_reply(conv.idle_reason or "")), iter(())
+        def send(view: View[BaseMessage]) -> tuple[AIMessageChunk, Iterator[AIMessageChunk]]:
+            _announce(view, loop, run_manager)
             chunks = self.model.stream(view.messages, _inner_config(run_manager), stop=stop,
                                        **kwargs)
             return next(chunks), chunks  # an overflow error surfaces on the first chunk
 
-        first, rest = self.engine.call(conv, messages, tools, send, lambda _: None)
+        def idle(reason: str, view: View[BaseMessage]) -> tuple[AIMessageChunk, Iterator[Any]]:
+            _announce(view, loop, run_manager)
+            return _as_chunk(idle_reply(reason)), iter(())
+
+        first, rest = loop.call(messages, send, tools=tools, idle=idle)
         total = first
         yield ChatGenerationChunk(message=first)
         for chunk in rest:
             total = total + chunk
             yield ChatGenerationChunk(message=chunk)
-        if _reply(total) is not None:
-            conv.observe(total)
+        if not total.response_metadata.get("contextfold_idle"):
+            loop.delivered(usage_of(total))
 
     async def _astream(
         self, messages: list[BaseMessage], stop: list[str] | None = None,
         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         run_manager = run_manager or _streaming_run(kwargs, AsyncCallbackManagerForLLMRun)
-        conv, tools = self._start(kwargs)
+        loop, tools = self._start(messages, kwargs)
 
-        async def send(view: View) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:
-            if await _aannounce(view, conv, run_manager):
-                return _as_chunk(idle_reply(conv.idle_reason or "")), _empty()
+        async def send(
+            view: View[BaseMessage],
+        ) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:
+            await _aannounce(view, loop, run_manager)
             chunks = self.model.astream(view.messages, _inner_config(run_manager), stop=stop,
                                         **kwargs)
             return await chunks.__anext__(), chunks
 
-        first, rest = await self.engine.acall(conv, messages, tools, send, lambda _: None)
+        async def idle(
+            reason: str, view: View[BaseMessage]
+        ) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:
+            await _aannounce(view, loop, run_manager)
+            return _as_chunk(idle_reply(reason)), _empty()
+
+        first, rest = await loop.acall(messages, send, tools=tools, idle=idle)
         total = first
         yield ChatGenerationChunk(message=first)
         async for chunk in rest:
             total = total + chunk
             yield ChatGenerationChunk(message=chunk)
-        if _reply(total) is not None:
-            conv.observe(total)
+        if not total.response_metadata.get("contextfold_idle"):
+            loop.delivered(usage_of(total))
 
     # -- binding --------------------------------------------------------------------------
 
@@ -278,26 +296,24 @@ async def _empty() -> AsyncIterator[AIMessageChunk]:
     yield  # pragma: no cover
 
 
-def _announce(view: View, conv: Conversation, run_manager: Any) -> bool:
-    """Send the compaction (and idle) events; True when the conversation is idle."""
+def _announce(view: View[BaseMessage], loop: Loop, run_manager: Any) -> None:
+    """Send the compaction event (when the input changed) and the idle event (when idle)."""
     if view.changed:
-        emit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+        emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
              run_manager=run_manager)
-    reason = conv.idle_reason
+    reason = loop.idle_reason
     if reason is not None:
-        emit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason}, run_manager=run_manager)
-    return reason is not None
+        emit(IDLE_EVENT, {"conversation_id": loop.key, "reason": reason}, run_manager=run_manager)
 
 
-async def _aannounce(view: View, conv: Conversation, run_manager: Any) -> bool:
+async def _aannounce(view: View[BaseMessage], loop: Loop, run_manager: Any) -> None:
     if view.changed:
-        await aemit(COMPACTION_EVENT, report_payload(view.result.report, conv.key),
+        await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
                     run_manager=run_manager)
-    reason = conv.idle_reason
+    reason = loop.idle_reason
     if reason is not None:
-        await aemit(IDLE_EVENT, {"conversation_id": conv.key, "reason": reason},
+        await aemit(IDLE_EVENT, {"conversation_id": loop.key, "reason": reason},
                     run_manager=run_manager)
-    return reason is not None
 
 
 def _swap(obj: Any, target: Any, wrap: Callable[[Any], Any], depth: int = 0) -> Any:
@@ -331,8 +347,8 @@ def with_compaction(
     *,
     policy: Policy,
     budget: Budget,
-    summarizer: Any = None,
-    store: Any = None,
+    summarizer: AnySummarizer | None = None,
+    store: HistoryStore | None = None,
     counter: TokenCounter | None = None,
     max_conversations: int = 1024,
 ) -> Any:
@@ -364,7 +380,8 @@ def with_compaction(
         if engine is None:
             engine = engines[id(model)] = Engine(
                 policy=policy, budget=budget, counter=counter,
-                summarizer=summarizer if summarizer is not None else ChatModelSummarizer(model),
+                summarizer=summarizer if summarizer is not None else ChatModelSummarizer(
+                    model, max_input_tokens=None),  # the conversation's budget is its window
                 store=store, max_conversations=max_conversations,
             )
         return CompactingChatModel(model=model, engine=engine, profile=model.profile)

@@ -10,14 +10,15 @@ raised, never returned as text: a failed summary never becomes the summary.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from contextfold import SummarizerError, SummaryRequest
-from contextfold._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.errors import SummarizerError
+from contextfold.integration import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.policy import SummaryRequest
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "ChatModelSummarizer", "render_transcript"]
 
@@ -33,6 +34,11 @@ class ChatModelSummarizer:
             uses the wrapped model when no summarizer is given.
         system_prompt: the summary call's system prompt.
         config: extra ``RunnableConfig`` for the summary calls (callbacks, tags).
+        max_input_tokens: the model's input window; summary requests over it are split and
+            merged. ``"profile"`` (the default) reads the model's profile
+            (``model.profile["max_input_tokens"]``); ``None`` states no window, so the
+            conversation's budget applies (what the adapters use when the summarizer is the
+            conversation's own model, whose real window the budget describes).
 
     Example::
 
@@ -47,10 +53,21 @@ class ChatModelSummarizer:
         *,
         system_prompt: str = SUMMARY_SYSTEM_PROMPT,
         config: RunnableConfig | None = None,
+        max_input_tokens: int | Literal["profile"] | None = "profile",
     ) -> None:
         self.model = model
         self.system_prompt = system_prompt
         self.config = config
+        self._window = max_input_tokens
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The window summary requests must fit (see the class docstring)."""
+        if self._window != "profile":
+            return self._window
+        profile = getattr(self.model, "profile", None) or {}
+        value = profile.get("max_input_tokens") if isinstance(profile, dict) else None
+        return value if isinstance(value, int) and value > 0 else None
 
     def prompt(self, request: SummaryRequest) -> list[BaseMessage]:
         """The messages sent to the model for ``request``."""

@@ -15,7 +15,7 @@ from contextfold._engine.calls import (
     Conversations,
     Usage,
     View,
-    conversation_key,
+    opening_key,
     stable_id,
 )
 from contextfold.errors import ContextOverflowError, NoProgressError
@@ -207,8 +207,8 @@ def test_unnamed_conversations_are_keyed_by_their_opening() -> None:
     one = cf.from_openai(history(1))
     same_later = cf.from_openai(history(3))
     other = cf.from_openai([history(1)[0], {"role": "user", "content": "Another task."}])
-    assert conversation_key(one) == conversation_key(same_later)
-    assert conversation_key(one) != conversation_key(other)
+    assert opening_key(one) == opening_key(same_later)
+    assert opening_key(one) != opening_key(other)
 
 
 def test_conversations_keep_the_most_recent(counter: cf.TokenCounter) -> None:

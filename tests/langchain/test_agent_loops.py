@@ -189,7 +189,7 @@ async def test_batch_and_abatch_keep_conversations_apart() -> None:
     replies += await model.abatch(inputs, config=configs)
     assert all(r.tool_calls for r in replies)
     engine = model.bound.engine
-    assert {"t0", "t1", "t2"} <= set(engine._conversations)
+    assert {"t0", "t1", "t2"} <= set(engine.conversations.keys())
 
 
 def test_create_agent_with_a_wrapped_model() -> None:

@@ -10,7 +10,7 @@ import langchain_contextfold as lcf
 
 CONTRACT = ["with_compaction", "CompactionMiddleware", "to_core", "from_core",
             "ChatModelSummarizer", "CompactingChatMessageHistory", "search_tools_for",
-            "CompactionHook", "pre_model_hook", "is_context_overflow", "COMPACTION_EVENT"]
+            "CompactionHook", "is_context_overflow", "COMPACTION_EVENT"]
 
 
 def _isort_key(name: str) -> tuple[int, str]:

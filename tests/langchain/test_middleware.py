@@ -152,24 +152,26 @@ def test_threads_are_compacted_apart() -> None:
     for thread in ("a", "b"):
         agent.invoke({"messages": [HumanMessage("x")]},
                      config={"configurable": {"thread_id": thread}})
-    assert {"a", "b"} <= set(mw.engine._conversations)
+    assert {"a", "b"} <= set(mw.engine.conversations.keys())
 
 
 def test_pre_model_hook_never_returns_an_empty_list() -> None:
-    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER)
+    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER,
+                          tools=[], system_prompt=None)
     assert hook._pre({"messages": []}, {}) == {"llm_input_messages": []}
     out = hook._pre({"messages": loop_history(20)}, {})["llm_input_messages"]
     assert out and cf.validate(to_core(out)) == []
 
 
 def test_post_model_hook_calibrates() -> None:
-    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER)
+    hook = CompactionHook(policy=cf.TruncationPolicy(), budget=BUDGET, counter=COUNTER,
+                          tools=[], system_prompt=None)
     history = loop_history(2)
     hook._pre({"messages": history}, {"configurable": {"thread_id": "t"}})
     reply = AIMessage("x", usage_metadata={"input_tokens": 9_999, "output_tokens": 5,
                                            "total_tokens": 10_004})
     hook._post({"messages": [*history, reply]}, {"configurable": {"thread_id": "t"}})
-    compactor = hook.engine.conversation("t").compactor
+    compactor = hook.engine.conversations.get("t").compactor
     assert compactor._known == 9_999 and compactor.last_output_tokens == 5
 
 
@@ -177,7 +179,8 @@ def test_react_agent_idle_and_deprecation_are_handled() -> None:
     from langgraph.prebuilt import create_react_agent
 
     hook = CompactionHook(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
-                          summarizer=cf.ExtractiveSummarizer())
+                          summarizer=cf.ExtractiveSummarizer(), tools=[fetch_page],
+                          system_prompt=None)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         agent = create_react_agent(ToolCallingFakeModel(rounds=3), [fetch_page],
@@ -199,7 +202,8 @@ def test_hook_compactions_reach_the_custom_stream() -> None:
     from langgraph.prebuilt import create_react_agent
 
     hook = CompactionHook(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
-                          summarizer=cf.ExtractiveSummarizer(), tools=[fetch_page])
+                          summarizer=cf.ExtractiveSummarizer(), tools=[fetch_page],
+                          system_prompt=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         agent = create_react_agent(ToolCallingFakeModel(rounds=12), [fetch_page],

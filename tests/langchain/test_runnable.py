@@ -114,7 +114,8 @@ def test_one_compactor_per_thread() -> None:
                      config={"configurable": {"thread_id": thread}})
     model.invoke([HumanMessage("session")], config={"configurable": {"session_id": "s"}})
     model.invoke([HumanMessage("no key")])
-    assert list(model.bound.engine._conversations) == ["b", "a", "s", "default"]
+    keys = model.bound.engine.conversations.keys()
+    assert keys[:3] == ["b", "a", "s"] and keys[3].startswith("auto-")
 
 
 def test_bounded_number_of_conversations() -> None:
@@ -122,7 +123,7 @@ def test_bounded_number_of_conversations() -> None:
     model = wrapped(fake, max_conversations=2)
     for thread in ("a", "b", "c"):
         model.invoke([HumanMessage("x")], config={"configurable": {"thread_id": thread}})
-    assert list(model.bound.engine._conversations) == ["b", "c"]
+    assert model.bound.engine.conversations.keys() == ["b", "c"]
 
 
 def test_reported_usage_calibrates_the_trigger() -> None:
@@ -165,16 +166,21 @@ class AlwaysOverflow(ToolCallingFakeModel):
         raise ValueError("some other failure")
 
 
-def test_overflow_retries_at_most_twice() -> None:
+def test_an_overflow_is_retried_once_then_raised_as_a_typed_error() -> None:
     fake = AlwaysOverflow(check_sequence=False)
-    with pytest.raises((ContextOverflowError, cf.NoProgressError)):
-        run_loop(wrapped(fake, policy=cf.TruncationPolicy()), 0)
-    assert 1 < len(fake.requests) <= 3
+    call = AIMessage("", tool_calls=[{"name": "fetch_page", "args": {"page": 0}, "id": "c0"}])
+    history = [SystemMessage("Fetch pages."), HumanMessage("Fetch them all"), call,
+               *tool_round(call, 6000)]
+    with pytest.raises(cf.errors.ContextOverflowError) as info:
+        wrapped(fake, policy=cf.TruncationPolicy()).invoke(history)
+    assert len(fake.requests) == 2  # the call and one retry, compacted below the first
+    assert isinstance(info.value.provider_error, ContextOverflowError)
 
 
 def test_an_overflow_that_compaction_cannot_fix_says_so() -> None:
     fake = ToolCallingFakeModel(rounds=30, context_window=100)
-    with pytest.raises(cf.NoProgressError, match="rejected the input as too long") as info:
+    with pytest.raises(cf.errors.ContextOverflowError,
+                       match="rejected the input as too long") as info:
         run_loop(wrapped(fake, policy=cf.TruncationPolicy()), 30)
     assert isinstance(info.value.__cause__, ContextOverflowError)
 
@@ -187,14 +193,20 @@ def test_other_errors_are_not_retried() -> None:
 
 
 def test_idle_conversation_ends_the_loop_without_calling_the_model() -> None:
-    """Seed 001: no real prompt in sight, three nudges, then idle."""
-    fake = ToolCallingFakeModel(rounds=1000)
+    """No prompt at all (an autonomous agent): three nudges, then idle."""
+    fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
     model = wrapped(fake, policy=cf.LoopSlicePolicy(max_context_messages=4))
     events = Events()
-    history = run_loop(model, 1000, config={"callbacks": [events]})
+    history: list[BaseMessage] = [SystemMessage("Fetch pages on your own.")]
+    for _ in range(20):
+        reply = model.invoke(history, config={"callbacks": [events]})
+        history.append(reply)
+        if not reply.tool_calls:
+            break
+        history.extend(tool_round(reply, 600))
     assert "idle" in str(history[-1].content) and not history[-1].tool_calls
     idle = [d for name, d in events.events if name == IDLE_EVENT]
-    assert idle and idle[0]["conversation_id"] == "default"
+    assert idle and idle[0]["conversation_id"].startswith("auto-")
     nudged = [r for r in fake.requests if any(m.source == "nudge" for m in r.core)]
     assert len(nudged) == 2  # the third nudge turned the conversation idle
     replies = [m for m in history if isinstance(m, AIMessage)]
@@ -208,7 +220,7 @@ def test_events_inside_and_outside_runs() -> None:
     reports = [d for name, d in events.events if name == COMPACTION_EVENT]
     assert reports, "compactions must be announced"
     for report in reports:
-        assert report["conversation_id"] == "default"
+        assert report["conversation_id"].startswith("auto-")  # no thread id given
         assert report["tokens_after"] <= BUDGET.input_budget
         assert {"method", "tokens_before", "messages_after", "targets", "duration"} <= set(report)
     run_loop(wrapped(ToolCallingFakeModel(rounds=12)), 12)  # no callbacks: nothing fails

@@ -24,6 +24,7 @@ conversations (a ``batch()`` of different inputs) never share a loop.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -44,7 +45,7 @@ __all__ = [
     "Conversations",
     "Usage",
     "View",
-    "conversation_key",
+    "opening_key",
     "stable_id",
 ]
 
@@ -114,20 +115,21 @@ def stable_id(position: int, message: Message) -> str:
     return "cf-" + digest.hexdigest()
 
 
-def conversation_key(messages: Sequence[Message]) -> str:
-    """A key for a call that names no conversation: its system prompt and first prompt.
+def opening_key(messages: Sequence[Message]) -> str:
+    """A key for a call that names no conversation: its opening system messages and its
+    first user message, when one is among ``messages`` (pass the first few).
 
-    Calls that continue the same conversation share it; a different task (another input of
-    a ``batch()``) gets another key and so its own loop.
+    Calls that continue the same conversation share it, because its opening never changes
+    as it grows; a different task (another input of a ``batch()``) gets another key and so
+    its own loop.
     """
     h = hashlib.blake2b(digest_size=8)
-    seen_prompt = False
     for m in messages:
-        h.update(m.fingerprint.encode())
-        if m.role not in SYSTEM_ROLES:
-            seen_prompt = True
+        if m.role in SYSTEM_ROLES or m.role == "user":
+            h.update(m.fingerprint.encode())
+        if m.role == "user":
             break
-    return ("auto-" if seen_prompt else "auto-empty-") + h.hexdigest()
+    return "auto-" + h.hexdigest()
 
 
 class CallLoop(Generic[F]):
@@ -269,9 +271,11 @@ class CallLoop(Generic[F]):
     async def acall(
         self, messages: Sequence[F], send: Callable[[View[F]], Awaitable[R]], *,
         usage: Callable[[R], Usage | None] | None = None, tools: Tools | None = None,
-        extra_tokens: int = 0, idle: Callable[[str, View[F]], R] | None = None,
+        extra_tokens: int = 0,
+        idle: Callable[[str, View[F]], R | Awaitable[R]] | None = None,
     ) -> R:
-        """The async form of :meth:`call` (summaries and the send are awaited)."""
+        """The async form of :meth:`call` (summaries and the send are awaited; so is the
+        idle reply when ``idle`` returns an awaitable)."""
         flow = self.flow(messages)
         value: Any = None
         error: BaseException | None = None
@@ -280,7 +284,11 @@ class CallLoop(Generic[F]):
             try:
                 effect = flow.throw(error) if error is not None else flow.send(value)
             except StopIteration as stop:
-                return self._finish(stop.value, sent, usage, idle)
+                outcome = stop.value
+                if isinstance(outcome, _Idle) and idle is not None:
+                    reply = idle(outcome.reason, self._idle_view(outcome))
+                    return await reply if inspect.isawaitable(reply) else reply
+                return self._finish(outcome, sent, usage, None)
             value, error = None, None
             try:
                 if isinstance(effect, _Compact):
@@ -292,6 +300,24 @@ class CallLoop(Generic[F]):
                     sent = await send(self._view(effect))
             except Exception as exc:
                 error = exc
+
+    def view(
+        self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
+    ) -> View[F]:
+        """Only the compaction step of a call, for hooks that cannot send (a graph node that
+        hands the messages to the model node). No retry is possible there."""
+        with self.lock:
+            core = self.to_core(messages)
+            result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens)
+            return View(self.from_core(result.messages), result, False)
+
+    async def aview(
+        self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
+    ) -> View[F]:
+        """The async form of :meth:`view`."""
+        core = self.to_core(messages)
+        result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens)
+        return View(self.from_core(result.messages), result, False)
 
     def delivered(self, usage: Usage | None) -> None:
         """A reply arrived: calibrate from its usage and reset the nudge counter.
@@ -360,6 +386,9 @@ class CallLoop(Generic[F]):
 
     # -- helpers -----------------------------------------------------------------------------
 
+    def _idle_view(self, outcome: _Idle) -> View[F]:
+        return View(self.from_core(outcome.result.messages), outcome.result, False)
+
     def _view(self, effect: _Send) -> View[F]:
         return View(self.from_core(effect.result.messages), effect.result, effect.retry)
 
@@ -368,10 +397,9 @@ class CallLoop(Generic[F]):
         usage: Callable[[R], Usage | None] | None, idle: Callable[[str, View[F]], R] | None,
     ) -> R:
         if isinstance(outcome, _Idle):
-            view = View(self.from_core(outcome.result.messages), outcome.result, False)
             if idle is None:
                 raise ConfigurationError(f"conversation {self.key!r} is idle: {outcome.reason}")
-            return idle(outcome.reason, view)
+            return idle(outcome.reason, self._idle_view(outcome))
         assert sent is not None  # the flow ends after a successful send
         if usage is not None:
             self.delivered(usage(sent))
@@ -390,7 +418,7 @@ class CallLoop(Generic[F]):
         if limit is not None and overflow.completion_tokens is None:
             limit -= self.budget.output_reserve
         ceiling = limit if limit is not None else min(ours, overflow.prompt_tokens or ours)
-        self.compactor.limit_input(int(ceiling / ratio * SAFETY_MARGIN))
+        self.compactor.limit_input(max(1, int(ceiling / ratio * SAFETY_MARGIN)))
 
 
 class Conversations(Generic[F]):
@@ -422,6 +450,11 @@ class Conversations(Generic[F]):
             else:
                 self._loops.move_to_end(key)
             return loop
+
+    def keys(self) -> list[str]:
+        """The conversation keys, least recently used first."""
+        with self._lock:
+            return list(self._loops)
 
     def __contains__(self, key: object) -> bool:
         return key in self._loops

@@ -1,0 +1,43 @@
+"""For code that connects contextfold to a framework or a provider: the adapters use it.
+
+An adapter converts messages and sends them; everything else about a model call is the
+:class:`CallLoop` (one per conversation, kept by :class:`Conversations`): compaction with
+every fixed cost counted, the overflow retry below the provider's stated limit,
+calibration from the reported :class:`Usage`, the idle decision and persistence with
+:func:`stable_id`. Provider errors are read with :func:`overflow_of` and :func:`error_kind`;
+LLM summarizers build their prompt with :func:`summary_prompt`.
+"""
+
+from ._engine.calls import CallLoop, Conversations, Usage, View, opening_key, stable_id
+from ._engine.overflow import (
+    OVERFLOW_PHRASES,
+    ErrorKind,
+    Overflow,
+    error_kind,
+    is_context_overflow,
+    overflow_figures,
+    overflow_of,
+)
+from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
+
+__all__ = [
+    "OVERFLOW_PHRASES",
+    "SUMMARY_SYSTEM_PROMPT",
+    "AnySummarizer",
+    "AsyncSummarizer",
+    "CallLoop",
+    "Conversations",
+    "ErrorKind",
+    "Overflow",
+    "Usage",
+    "View",
+    "error_kind",
+    "is_context_overflow",
+    "opening_key",
+    "overflow_figures",
+    "overflow_of",
+    "render_transcript",
+    "stable_id",
+    "summary_prompt",
+]
