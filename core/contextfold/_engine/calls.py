@@ -451,6 +451,11 @@ class Conversations(Generic[F]):
                 self._loops.move_to_end(key)
             return loop
 
+    def loops(self) -> list[CallLoop[F]]:
+        """The loops kept, least recently used first (their order is left as it is)."""
+        with self._lock:
+            return list(self._loops.values())
+
     def keys(self) -> list[str]:
         """The conversation keys, least recently used first."""
         with self._lock:

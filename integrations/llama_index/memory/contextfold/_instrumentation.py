@@ -152,9 +152,10 @@ def compact_in_span(
     *,
     force: bool = False,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    extra_tokens: int = 0,
 ) -> CompactionResult:
     """``compactor.compact`` inside a span, so its events carry the span's id."""
-    return compactor.compact(messages, force=force, tools=tools)
+    return compactor.compact(messages, force=force, tools=tools, extra_tokens=extra_tokens)
 
 
 @dispatcher.span
@@ -164,6 +165,8 @@ async def acompact_in_span(
     *,
     force: bool = False,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    extra_tokens: int = 0,
 ) -> CompactionResult:
     """``compactor.acompact`` inside a span."""
-    return await compactor.acompact(messages, force=force, tools=tools)
+    return await compactor.acompact(messages, force=force, tools=tools,
+                                    extra_tokens=extra_tokens)

@@ -8,7 +8,8 @@ tool definitions counted. Seed 004's three layers:
 
 1. the estimate decides before the call (incremental: a step counts only new messages);
 2. the provider's reported usage (``prompt_tokens``) calibrates the next decision;
-3. a context-overflow error forces compaction and the call is retried once.
+3. a context-overflow error lowers the budget to the limit it states, compacts below it and
+   retries once (the core's call loop, shared with the LangChain adapter).
 
 Tool calling is untouched: ``metadata`` (``is_function_calling_model``...),
 ``_prepare_chat_with_tools``, ``get_tool_calls_from_response`` and the response checks are
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -30,6 +32,7 @@ from llama_index.core.base.llms.types import (
     CompletionResponseAsyncGen,
     CompletionResponseGen,
     LLMMetadata,
+    MessageRole,
 )
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SerializeAsAny
 from llama_index.core.llms import LLM
@@ -37,14 +40,39 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 import contextfold as cf
-from contextfold._engine.overflow import is_context_overflow, overflow_figures
+from contextfold.integration import (
+    AnySummarizer,
+    CallLoop,
+    Conversations,
+    Usage,
+    View,
+    is_context_overflow,
+    opening_key,
+    stable_id,
+)
+from contextfold.stores import HistoryStore
 
-from ._convert import from_llama_index, message_to_llama_index
-from ._fixed import budget_of
-from ._instrumentation import acompact_in_span, compact_in_span, forward_event
+from ._budget import budget_of
+from ._convert import message_from_llama_index, message_to_llama_index
+from ._instrumentation import forward_event
 from ._tools import tool_definitions
 
-__all__ = ["CompactingLLM", "is_context_overflow", "reported_usage"]
+__all__ = ["IDLE_TEXT", "CompactingLLM", "is_context_overflow", "reported_usage"]
+
+Loop = CallLoop[ChatMessage]
+
+IDLE_TEXT = "[contextfold: conversation idle: {reason}. Waiting for a new user message.]"
+"""The reply of an idle conversation, made without calling the model."""
+
+_OPENING = 4  # enough to reach the first prompt after a few system messages
+
+
+def to_core(message: ChatMessage, position: int) -> cf.Message:
+    """One message at a position of the conversation, with a stable id (``ChatMessage`` has
+    none of its own)."""
+    core = message_from_llama_index(message, index=position)
+    return replace(core, id=stable_id(position, core))
+
 
 def reported_usage(response: ChatResponse) -> tuple[int | None, int | None]:
     """``(input_tokens, output_tokens)`` a response reports, from LlamaIndex's
@@ -61,12 +89,27 @@ def reported_usage(response: ChatResponse) -> tuple[int | None, int | None]:
     return prompt, completion if isinstance(completion, int) and completion >= 0 else None
 
 
+def usage_of(response: ChatResponse | None) -> Usage | None:
+    """The usage a response reports, for calibration."""
+    if response is None:
+        return None
+    prompt, completion = reported_usage(response)
+    return Usage(prompt, completion) if prompt is not None else None
+
+
 def _field(usage: Any, *names: str) -> Any:
     for name in names:
         value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
         if isinstance(value, int):
             return value
     return None
+
+
+def idle_response(reason: str) -> ChatResponse:
+    """The reply of an idle conversation: no tool calls, says why."""
+    message = ChatMessage(role=MessageRole.ASSISTANT, content=IDLE_TEXT.format(reason=reason),
+                          additional_kwargs={"contextfold_idle": True})
+    return ChatResponse(message=message, delta="")
 
 
 class CompactingLLM(FunctionCallingLLM):
@@ -92,7 +135,10 @@ class CompactingLLM(FunctionCallingLLM):
 
     llm: SerializeAsAny[LLM] = Field(description="The wrapped LLM.")
 
-    _compactor: cf.Compactor = PrivateAttr()
+    _conversations: Conversations[ChatMessage] = PrivateAttr()
+    _conversation_id: str | None = PrivateAttr(default=None)
+    _last: Loop | None = PrivateAttr(default=None)
+    _listeners: list[Any] = PrivateAttr(default_factory=list)
     _tools_cache: tuple[str, list[dict[str, Any]]] | None = PrivateAttr(default=None)
 
     def __init__(
@@ -100,23 +146,32 @@ class CompactingLLM(FunctionCallingLLM):
         llm: LLM,
         policy: cf.Policy | None = None,
         budget: cf.Budget | None = None,
-        summarizer: Any = None,
+        summarizer: AnySummarizer | None = None,
         counter: cf.TokenCounter | None = None,
         *,
-        store: Any = None,
+        store: HistoryStore | None = None,
         conversation_id: str | None = None,
         retry: cf.RetryPolicy | None = None,
+        listeners: Sequence[Any] = (),
+        max_conversations: int = 1024,
         **kwargs: Any,
     ) -> None:
         if not isinstance(llm, LLM):
             raise cf.ConfigurationError(f"llm must be a llama_index LLM, got {llm!r}")
         super().__init__(llm=llm, callback_manager=llm.callback_manager, **kwargs)
         budget = budget if budget is not None else budget_of(llm.metadata)
-        self._compactor = cf.Compactor(
-            policy if policy is not None else cf.ThresholdPolicy(), budget,
-            counter or cf.counter_for_model(budget.model), summarizer, store,
-            conversation_id=conversation_id, retry=retry, listeners=[forward_event],
-        )
+        policy = policy if policy is not None else cf.ThresholdPolicy()
+        counter = counter or cf.counter_for_model(budget.model)
+        self._listeners = [forward_event, *listeners]
+
+        def make(key: str) -> Loop:
+            compactor = cf.Compactor(policy, budget, counter, summarizer, store,
+                                     conversation_id=key, retry=retry,
+                                     listeners=self._listeners)
+            return CallLoop(compactor, to_core=to_core, from_core=message_to_llama_index)
+
+        self._conversations = Conversations(make, max_conversations)
+        self._conversation_id = conversation_id
 
     @classmethod
     def class_name(cls) -> str:
@@ -129,59 +184,77 @@ class CompactingLLM(FunctionCallingLLM):
         return self.llm.metadata
 
     @property
+    def conversations(self) -> Conversations[ChatMessage]:
+        """The conversations this LLM has served: ``conversation_id`` when given, else one
+        per opening (system prompt and first user message)."""
+        return self._conversations
+
+    @property
     def compactor(self) -> cf.Compactor:
-        """The Compactor (add listeners, read the last report's figures)."""
-        return self._compactor
+        """The Compactor of the conversation served last (of ``conversation_id`` before
+        any call): read its ``state``, ``usage()`` and last calibration."""
+        if self._last is not None:
+            return self._last.compactor
+        return self._conversations.get(self._conversation_id or "default").compactor
+
+    def add_listener(self, listener: Any) -> Any:
+        """Deliver every conversation's events to ``listener`` (returned, so this works as
+        a decorator)."""
+        self._listeners.append(listener)
+        for loop in self._conversations.loops():
+            loop.compactor.add_listener(listener)
+        return listener
 
     # -- chat ------------------------------------------------------------------------
 
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        """Compact ``messages``, then chat; retried once, forced, on a context overflow."""
-        core, sent = self._compact(messages, kwargs.get("tools"))
-        try:
-            response = self.llm.chat(sent, **kwargs)
-        except Exception as exc:
-            sent = self._forced(exc, messages, core, kwargs.get("tools"))
-            response = self.llm.chat(sent, **kwargs)
-        self._calibrate(response)
-        return response
+        """Compact ``messages``, then chat; an overflow is retried once below the limit the
+        provider states, then raised as ``contextfold.errors.ContextOverflowError``."""
+        loop = self._loop(messages)
+        return loop.call(messages, lambda view: self.llm.chat(view.messages, **kwargs),
+                         usage=usage_of, tools=self._definitions(kwargs.get("tools")),
+                         idle=lambda reason, view: idle_response(reason))
 
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """The async form of :meth:`chat`."""
-        core, sent = await self._acompact(messages, kwargs.get("tools"))
-        try:
-            response = await self.llm.achat(sent, **kwargs)
-        except Exception as exc:
-            sent = await self._aforced(exc, messages, core, kwargs.get("tools"))
-            response = await self.llm.achat(sent, **kwargs)
-        self._calibrate(response)
-        return response
+        loop = self._loop(messages)
+
+        async def send(view: View[ChatMessage]) -> ChatResponse:
+            return await self.llm.achat(view.messages, **kwargs)
+
+        return await loop.acall(messages, send, usage=usage_of,
+                                tools=self._definitions(kwargs.get("tools")),
+                                idle=lambda reason, view: idle_response(reason))
 
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """Compact, then stream; an overflow before the first chunk is retried once."""
-        core, sent = self._compact(messages, kwargs.get("tools"))
-        try:
-            stream = self.llm.stream_chat(sent, **kwargs)
-            first = next(stream, None)
-        except Exception as exc:
-            sent = self._forced(exc, messages, core, kwargs.get("tools"))
-            stream = self.llm.stream_chat(sent, **kwargs)
-            first = next(stream, None)
-        return self._relay(first, stream)
+        loop = self._loop(messages)
+
+        def send(view: View[ChatMessage]) -> tuple[ChatResponse | None, Iterator[ChatResponse]]:
+            stream = self.llm.stream_chat(view.messages, **kwargs)
+            return next(stream, None), stream  # an overflow surfaces on the first chunk
+
+        first, rest = loop.call(messages, send, tools=self._definitions(kwargs.get("tools")),
+                                idle=lambda reason, view: (idle_response(reason), iter(())))
+        return self._relay(loop, first, rest)
 
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
         """The async form of :meth:`stream_chat`."""
-        core, sent = await self._acompact(messages, kwargs.get("tools"))
-        try:
-            stream = await self.llm.astream_chat(sent, **kwargs)
-            first = await anext(stream, None)
-        except Exception as exc:
-            sent = await self._aforced(exc, messages, core, kwargs.get("tools"))
-            stream = await self.llm.astream_chat(sent, **kwargs)
-            first = await anext(stream, None)
-        return self._arelay(first, stream)
+        loop = self._loop(messages)
+
+        async def send(
+            view: View[ChatMessage],
+        ) -> tuple[ChatResponse | None, AsyncIterator[ChatResponse]]:
+            stream = await self.llm.astream_chat(view.messages, **kwargs)
+            return await anext(stream, None), stream
+
+        first, rest = await loop.acall(
+            messages, send, tools=self._definitions(kwargs.get("tools")),
+            idle=lambda reason, view: (idle_response(reason), _empty()),
+        )
+        return self._arelay(loop, first, rest)
 
     # -- tool calling: the wrapped LLM's own ----------------------------------------
 
@@ -248,51 +321,12 @@ class CompactingLLM(FunctionCallingLLM):
 
     # -- internals -------------------------------------------------------------------
 
-    def _compact(
-        self, messages: Sequence[ChatMessage], tools: Any
-    ) -> tuple[list[cf.Message], list[ChatMessage]]:
-        core = from_llama_index(messages)
-        result = compact_in_span(self._compactor, core, tools=self._definitions(tools))
-        return core, _back(messages, core, result.messages)
-
-    async def _acompact(
-        self, messages: Sequence[ChatMessage], tools: Any
-    ) -> tuple[list[cf.Message], list[ChatMessage]]:
-        core = from_llama_index(messages)
-        result = await acompact_in_span(self._compactor, core, tools=self._definitions(tools))
-        return core, _back(messages, core, result.messages)
-
-    def _forced(
-        self, error: Exception, messages: Sequence[ChatMessage], core: list[cf.Message],
-        tools: Any,
-    ) -> list[ChatMessage]:
-        self._before_retry(error)
-        try:
-            result = compact_in_span(self._compactor, core, force=True,
-                                     tools=self._definitions(tools))
-        except cf.NoProgressError as stuck:
-            raise error from stuck
-        return _back(messages, core, result.messages)
-
-    async def _aforced(
-        self, error: Exception, messages: Sequence[ChatMessage], core: list[cf.Message],
-        tools: Any,
-    ) -> list[ChatMessage]:
-        self._before_retry(error)
-        try:
-            result = await acompact_in_span(self._compactor, core, force=True,
-                                            tools=self._definitions(tools))
-        except cf.NoProgressError as stuck:
-            raise error from stuck
-        return _back(messages, core, result.messages)
-
-    def _before_retry(self, error: Exception) -> None:
-        """Re-raise anything but an overflow; calibrate from the size it reports."""
-        if not is_context_overflow(error):
-            raise error
-        reported, _ = overflow_figures(error)
-        if reported is not None:
-            self._compactor.observe_usage(input_tokens=reported)
+    def _loop(self, messages: Sequence[ChatMessage]) -> Loop:
+        key = self._conversation_id
+        if key is None:
+            key = opening_key([to_core(m, i) for i, m in enumerate(messages[:_OPENING])])
+        self._last = self._conversations.get(key)
+        return self._last
 
     def _definitions(self, tools: Any) -> list[dict[str, Any]] | None:
         """Tool definitions to count, the same list object while they do not change (the
@@ -305,15 +339,10 @@ class CompactingLLM(FunctionCallingLLM):
             self._tools_cache = (key, defs)
         return self._tools_cache[1]
 
-    def _calibrate(self, response: ChatResponse | None) -> None:
-        if response is None:
-            return
-        prompt, completion = reported_usage(response)
-        if prompt is not None:
-            self._compactor.observe_usage(input_tokens=prompt, output_tokens=completion)
-        self._compactor.record_response()
-
-    def _relay(self, first: ChatResponse | None, stream: Iterator[ChatResponse]) -> ChatResponseGen:
+    @staticmethod
+    def _relay(
+        loop: Loop, first: ChatResponse | None, stream: Iterator[ChatResponse]
+    ) -> ChatResponseGen:
         def gen() -> ChatResponseGen:
             if first is None:
                 return
@@ -323,12 +352,14 @@ class CompactingLLM(FunctionCallingLLM):
                 if reported_usage(chunk)[0] is not None:
                     usage = chunk
                 yield chunk
-            self._calibrate(usage)
+            if not first.message.additional_kwargs.get("contextfold_idle"):
+                loop.delivered(usage_of(usage))
 
         return gen()
 
+    @staticmethod
     def _arelay(
-        self, first: ChatResponse | None, stream: AsyncIterator[ChatResponse]
+        loop: Loop, first: ChatResponse | None, stream: AsyncIterator[ChatResponse]
     ) -> ChatResponseAsyncGen:
         async def gen() -> ChatResponseAsyncGen:
             if first is None:
@@ -339,17 +370,12 @@ class CompactingLLM(FunctionCallingLLM):
                 if reported_usage(chunk)[0] is not None:
                     usage = chunk
                 yield chunk
-            self._calibrate(usage)
+            if not first.message.additional_kwargs.get("contextfold_idle"):
+                loop.delivered(usage_of(usage))
 
         return gen()
 
 
-def _back(
-    messages: Sequence[ChatMessage], core: list[cf.Message], out: Sequence[cf.Message]
-) -> list[ChatMessage]:
-    """The LlamaIndex messages to send: the caller's own objects where a message is
-    unchanged (all of them when nothing changed), converted ones elsewhere."""
-    if len(out) == len(core) and all(a is b or a == b for a, b in zip(out, core, strict=True)):
-        return list(messages)
-    originals = {id(m): messages[i] for i, m in enumerate(core)}
-    return [originals.get(id(m)) or message_to_llama_index(m) for m in out]
+async def _empty() -> AsyncIterator[ChatResponse]:
+    return
+    yield  # pragma: no cover

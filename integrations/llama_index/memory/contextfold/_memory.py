@@ -8,7 +8,9 @@ full history; ``get`` returns the compacted, valid view a Compactor builds from 
   is left unanswered (the in-flight view is repaired, never the stored history; a tool
   round still waiting for its results joins the view when they arrive);
 * it fits the budget together with the tokens the caller adds: ``initial_token_count``,
-  the ``system_prompt`` the agent prepends and the ``tools`` it sends;
+  the ``system_prompt`` the agent prepends, the ``tools`` it sends, the ``input`` a chat
+  engine adds after the history, and ``reserved_tokens`` for what else it adds (a
+  ``ContextChatEngine``'s retrieved context and template);
 * successive ``get`` calls reuse the compacted prefix and count only the new messages,
   so a conversation of n messages costs O(n) in total, not O(n^2).
 
@@ -30,8 +32,8 @@ from pydantic import Field, PrivateAttr
 import contextfold as cf
 
 from . import _serde
+from ._budget import budget_of
 from ._convert import copy_message, from_llama_index, message_to_llama_index, to_llama_index
-from ._fixed import FixedAwareCounter, FixedTools, budget_of
 from ._instrumentation import acompact_in_span, compact_in_span, forward_event
 from ._tools import tool_definitions
 
@@ -53,12 +55,14 @@ class CompactingMemory(BaseMemory):
     """The conversation's key in the store."""
     system_prompt: str | None = None
     """The system prompt the agent adds in front of ``get()``; its tokens are reserved."""
+    reserved_tokens: int = 0
+    """Tokens the caller adds beside the history on every call besides the system prompt,
+    tools and input (a ``ContextChatEngine``'s retrieved context and its template)."""
 
     _parts: _serde.Parts = PrivateAttr()
     _compactor: cf.Compactor = PrivateAttr()
     _tools: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _converted: dict[int, tuple[cf.Message, ChatMessage]] = PrivateAttr(default_factory=dict)
-    _fixed: tuple[int, FixedTools | None] = PrivateAttr(default=(-1, None))
 
     @classmethod
     def class_name(cls) -> str:
@@ -78,6 +82,7 @@ class CompactingMemory(BaseMemory):
         system_prompt: str | None = None,
         tools: Sequence[Any] | None = None,
         retry: cf.RetryPolicy | None = None,
+        reserved_tokens: int = 0,
         chat_history: Sequence[ChatMessage] | None = None,
         llm: Any = None,
         token_limit: int | None = None,
@@ -99,6 +104,9 @@ class CompactingMemory(BaseMemory):
             tools: the tools the agent sends with each call (their definitions' tokens are
                 reserved).
             retry: retries and backoff of a failing summarizer (``RetryPolicy``).
+            reserved_tokens: tokens the caller adds beside the history besides the system
+                prompt, tools and input: with a ``ContextChatEngine``, its retrieved context
+                (about ``similarity_top_k`` times the chunk size) and context template.
             chat_history: messages to start with (replaces the session's stored history).
             llm, token_limit: accepted for ``memory_cls.from_defaults(...)`` call sites.
             **ignored: other keyword arguments chat engines pass are accepted and ignored.
@@ -108,7 +116,7 @@ class CompactingMemory(BaseMemory):
         memory = cls(
             policy=policy, budget=budget, store=store, session_id=session_id,
             summarizer=summarizer, counter=counter, system_prompt=system_prompt, tools=tools,
-            retry=retry,
+            retry=retry, reserved_tokens=reserved_tokens,
         )
         if chat_history:
             memory.set(list(chat_history))
@@ -126,10 +134,15 @@ class CompactingMemory(BaseMemory):
         system_prompt: str | None = None,
         tools: Sequence[Any] | None = None,
         retry: cf.RetryPolicy | None = None,
+        reserved_tokens: int = 0,
         parts: _serde.Parts | None = None,
         **ignored: Any,
     ) -> None:
-        fields: dict[str, Any] = {"system_prompt": system_prompt}
+        if not isinstance(reserved_tokens, int) or reserved_tokens < 0:
+            raise cf.ConfigurationError(
+                f"reserved_tokens must be an int >= 0, got {reserved_tokens!r}")
+        fields: dict[str, Any] = {"system_prompt": system_prompt,
+                                  "reserved_tokens": reserved_tokens}
         if session_id is not None:
             fields["session_id"] = session_id
         super().__init__(**fields)
@@ -148,7 +161,7 @@ class CompactingMemory(BaseMemory):
         self._parts = parts
         self._tools = tool_definitions(tools)
         self._compactor = cf.Compactor(
-            parts.policy, parts.budget, FixedAwareCounter(parts.counter), parts.summarizer,
+            parts.policy, parts.budget, parts.counter, parts.summarizer,
             parts.store, conversation_id=self.session_id, retry=parts.retry,
             listeners=[forward_event],
         )
@@ -198,8 +211,9 @@ class CompactingMemory(BaseMemory):
         history = _settled(self._loaded())
         if not _compactable(history):
             return to_llama_index(history)
-        result = compact_in_span(self._compactor, history,
-                                 tools=self._fixed_tools(initial_token_count))
+        result = compact_in_span(self._compactor, history, tools=self._tools or None,
+                                 extra_tokens=self._extra_tokens(history, input,
+                                                                 initial_token_count))
         return self._view(result.messages)
 
     async def aget(
@@ -209,8 +223,9 @@ class CompactingMemory(BaseMemory):
         history = _settled(await self._aloaded())
         if not _compactable(history):
             return to_llama_index(history)
-        result = await acompact_in_span(self._compactor, history,
-                                        tools=self._fixed_tools(initial_token_count))
+        result = await acompact_in_span(self._compactor, history, tools=self._tools or None,
+                                        extra_tokens=self._extra_tokens(history, input,
+                                                                        initial_token_count))
         return self._view(result.messages)
 
     def get_all(self) -> list[ChatMessage]:
@@ -289,6 +304,7 @@ class CompactingMemory(BaseMemory):
             "class_name": self.class_name(),
             "session_id": self.session_id,
             "system_prompt": self.system_prompt,
+            "reserved_tokens": self.reserved_tokens,
             "tools": self._tools,
             "budget": _serde.describe_budget(parts.budget),
             "counter": _serde.describe_counter(parts.counter),
@@ -306,7 +322,7 @@ class CompactingMemory(BaseMemory):
         if parts is None or kwargs:
             parts = _revive_parts(data, session_id, parts, kwargs)
         memory = cls(session_id=session_id, system_prompt=data.get("system_prompt"),
-                     parts=parts)
+                     reserved_tokens=int(data.get("reserved_tokens") or 0), parts=parts)
         memory._tools = [dict(t) for t in data.get("tools") or ()]
         return memory
 
@@ -349,20 +365,21 @@ class CompactingMemory(BaseMemory):
             return fn(*args)
         return await asyncio.to_thread(fn, *args)
 
-    def _fixed_tools(self, initial_token_count: int) -> FixedTools | None:
-        """The tool definitions plus the caller's fixed tokens, one object per figure (the
-        Compactor recognises the same object and keeps its incremental path)."""
+    def _extra_tokens(
+        self, history: Sequence[cf.Message], input: Any, initial_token_count: int
+    ) -> int:
+        """What the caller adds beside the returned history: its prefix count, the system
+        prompt it prepends, the input it appends (unless already stored) and the reserve."""
         if not isinstance(initial_token_count, int) or initial_token_count < 0:
             raise cf.ConfigurationError(
                 f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
-        extra = initial_token_count
+        counter = self._parts.counter
+        extra = initial_token_count + self.reserved_tokens
         if self.system_prompt:
-            counter = self._parts.counter
             extra += counter.count_message(cf.Message("system", self.system_prompt))
-        if self._fixed[0] != extra:
-            fixed = FixedTools(self._tools, extra) if (extra or self._tools) else None
-            self._fixed = (extra, fixed)
-        return self._fixed[1]
+        if isinstance(input, str) and input and not (history and history[-1].text == input):
+            extra += counter.count_message(cf.Message("user", input))
+        return extra
 
 
 def _default_budget(token_limit: int | None, llm: Any) -> cf.Budget:

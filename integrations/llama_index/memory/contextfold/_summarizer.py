@@ -9,13 +9,14 @@ never becomes the summary.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 from llama_index.core.llms import LLM
 
-from contextfold import SummarizerError, SummaryRequest
-from contextfold._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.errors import SummarizerError
+from contextfold.integration import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.policy import SummaryRequest
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "LLMSummarizer", "render_transcript"]
 
@@ -28,6 +29,10 @@ class LLMSummarizer:
             inner LLM here, not a ``CompactingLLM``, so summary calls are not compacted.
         system_prompt: the summary call's system prompt.
         chat_kwargs: extra keyword arguments for every ``chat`` call.
+        max_input_tokens: the LLM's input window; summary requests over it are split and
+            merged. ``"metadata"`` (the default) takes the LLM's ``metadata.context_window``
+            less its ``num_output``; ``None`` states none (the conversation's budget
+            applies).
 
     Example::
 
@@ -43,12 +48,23 @@ class LLMSummarizer:
         *,
         system_prompt: str = SUMMARY_SYSTEM_PROMPT,
         chat_kwargs: dict[str, Any] | None = None,
+        max_input_tokens: int | Literal["metadata"] | None = "metadata",
     ) -> None:
         if not isinstance(llm, LLM):
             raise TypeError(f"llm must be a llama_index LLM, got {type(llm).__name__}")
         self.llm = llm
         self.system_prompt = system_prompt
         self.chat_kwargs = dict(chat_kwargs or {})
+        self._window = max_input_tokens
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """The window summary requests must fit (see the class docstring)."""
+        if self._window != "metadata":
+            return self._window
+        metadata = self.llm.metadata
+        window = int(metadata.context_window or 0) - max(0, int(metadata.num_output or 0))
+        return window if window > 0 else None
 
     def __repr__(self) -> str:
         return f"LLMSummarizer({type(self.llm).__name__})"
