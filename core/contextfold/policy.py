@@ -58,6 +58,9 @@ class SummaryRequest:
     """The summarizer's input window for this request, when the policy knows it; a longer
     input is split into parts whose summaries are merged (a summarizer's own
     ``max_input_tokens`` attribute applies when this is ``None``)."""
+    open_request: str | None = None
+    """The conversation's latest user request when nothing has answered it yet, also when
+    it lies after the summarized span: TASK names it and REMAINING keeps it open."""
 
     @property
     def cache_key(self) -> str:
@@ -67,6 +70,7 @@ class SummaryRequest:
         h = hashlib.blake2b(digest_size=16)
         h.update(self.instructions.encode("utf-8"))
         h.update(str(self.max_tokens).encode())
+        h.update((self.open_request or "").encode("utf-8", "surrogatepass"))
         for m in self.messages:
             h.update(m.fingerprint.encode())
         return h.hexdigest()

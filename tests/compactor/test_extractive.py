@@ -59,7 +59,9 @@ def test_sections_follow_seed_004() -> None:
     headings = [ln.split(":")[0] for ln in text.splitlines() if not ln.startswith(("-", " "))
                 and ln.split(":")[0].isupper() and not ln[0].isdigit()]
     assert headings == ["TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS"]
-    assert text.startswith("TASK: Read all unread emails and produce a briefing.")
+    # TASK is the latest request; the one before it stays in view right under it.
+    assert text.startswith("TASK: Include both accounts. I confirmed that earlier.\n"
+                           "- earlier request: Read all unread emails and produce a briefing.")
     progress = _section(text, "PROGRESS")
     assert [p.split(".")[0] for p in progress] == ["1", "2", "3"]
     assert "gmail_search" in progress[0] and "Found 43 unread" in progress[0]
@@ -137,7 +139,8 @@ def test_deterministic_and_an_earlier_summary_is_merged() -> None:
     assert first == _summary(messages[:6])
     folded = cf.Message(role="user", content=f"[Compaction Summary]\n{first}", source="summary")
     second = _summary([folded, *messages[6:]])
-    assert second.startswith("TASK: Read all unread emails")
+    assert second.startswith("TASK: Include both accounts")  # the latest request
+    assert "- earlier request: Read all unread emails" in second  # the folded one
     assert "Found 43 unread" in second and "#KT-9284" in second  # earlier steps kept
     progress = _section(second, "PROGRESS")
     assert "gmail_read" in progress[-1] and "DPLA" in progress[-1]
@@ -176,3 +179,16 @@ def test_card_endings_are_identifiers() -> None:
 def test_embedded_references_are_found_in_order(refs: list[str], words: list[str]) -> None:
     text = " ".join([*words, *(f"ref {r}," for r in refs), *words])
     assert cf.extract_identifiers(text) == list(dict.fromkeys(refs))
+
+
+def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:
+    # The span's own last request was answered, but the conversation's latest one (kept
+    # verbatim after the summary) is not: REMAINING must not say "none".
+    span = [cf.Message(role="user", content="Find flight HAT001."),
+            cf.Message(role="assistant", content="HAT001 leaves at 9:05.")]
+    text = _summary(span, open_request="Now cancel reservation ZFA04Y.")
+    assert text.startswith("TASK: Now cancel reservation ZFA04Y.\n"
+                           "- earlier request: Find flight HAT001.")
+    remaining = _section(text, "REMAINING")
+    assert remaining[0] == "- respond to the latest request: Now cancel reservation ZFA04Y."
+    assert not any("none recorded" in r for r in remaining)

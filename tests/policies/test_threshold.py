@@ -529,3 +529,21 @@ async def test_async_driver_gives_the_same_result(counter: cf.TokenCounter) -> N
                                summarizer=cf.ScriptedSummarizer(default="TASK: t"))
     assert [m.text for m in result.messages] == [m.text for m in sync.messages]
     assert result.report.targets == sync.report.targets
+
+
+def test_a_multi_turn_summary_sits_before_the_current_turn(counter: cf.TokenCounter) -> None:
+    # Three earlier turns, then the current instruction with a tool step under way: the
+    # summary of the earlier turns goes before the current instruction, and its TASK is the
+    # current (unanswered) instruction, never the first turn's.
+    history = [cf.Message(role="system", content="You help with travel.")]
+    for k in range(3):
+        history += [cf.Message(role="user", content=f"Question {k}: " + words(3_000, f"q{k}")),
+                    cf.Message(role="assistant", content=f"Answer {k}: " + words(3_000, f"a{k}"))]
+    current = cf.Message(role="user", content="Now book flight HAT001 for Ana.")
+    history += [current, *tool_step("c9", 400, name="search")]
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.9))
+    result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter)
+    out = result.messages
+    summary = next(i for i, m in enumerate(out) if m.source == "summary")
+    assert summary < out.index(current)
+    assert "TASK: Now book flight HAT001 for Ana." in out[summary].text

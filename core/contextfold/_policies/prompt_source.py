@@ -178,6 +178,13 @@ def unanswered_prompt(messages: Sequence[Message], end: int) -> int | None:
     return index
 
 
+def open_request(messages: Sequence[Message]) -> str | None:
+    """The text of the conversation's latest real prompt while nothing has answered it
+    (what a summary must keep as the task and as remaining), else ``None``."""
+    index = unanswered_prompt(messages, len(messages))
+    return messages[index].text if index is not None else None
+
+
 def latest_broadcast(messages: Sequence[Message], end: int) -> int | None:
     """Index of the most recent broadcast in ``messages[:end]``, or ``None``."""
     for i in range(min(end, len(messages)) - 1, -1, -1):

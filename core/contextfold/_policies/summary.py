@@ -32,6 +32,7 @@ from ..policy import (
 from ..prompts._loader import _local
 from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
 from .head_tail import HeadTail, truncate_head_tail
+from .prompt_source import open_request
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
@@ -156,6 +157,7 @@ class SummaryPolicy:
             instructions=self.instructions,
             max_tokens=max(64, min(spare, int(room * self.recent_preserve_ratio))),
             purpose="summary",
+            open_request=open_request(messages),
         )
         if reply.text is None:
             return self._failed(messages, system, groups, context, notes, reply)

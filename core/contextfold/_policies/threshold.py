@@ -74,6 +74,7 @@ from ..policy import (
 )
 from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
+from .prompt_source import open_request
 from .threshold_fit import (
     SUMMARY_HEADER,
     dropped_note,
@@ -208,6 +209,7 @@ class ThresholdPolicy:
             instructions=self.instructions,
             max_tokens=self._request_tokens(plan, context),
             purpose="threshold",
+            open_request=open_request(messages),
         )
         reply = yield request
         return self._finish(messages, plan, reply, context)

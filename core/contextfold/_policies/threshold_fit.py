@@ -17,6 +17,7 @@ from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
 from ..policy import CompactionContext
 from .head_tail import HeadTail, truncate_head_tail
+from .prompt_source import prompt_kind
 
 __all__ = ["dropped_note", "fit_sections", "insert_summary", "summary_message"]
 
@@ -128,7 +129,12 @@ def dropped_note(span: str, count: int, context: CompactionContext) -> str:
 
 
 def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
-    """``kept`` with ``summary`` at the end, or before a trailing run of user prompts."""
+    """``kept`` with ``summary`` before the current turn when a later prompt than the first
+    started it (a multi-turn conversation: the summary of earlier turns must not follow the
+    current instruction), else at the end, before a trailing run of user prompts."""
+    prompts = [i for i, m in enumerate(kept) if prompt_kind(m) is not None]
+    if len(prompts) > 1:
+        return [*kept[: prompts[-1]], summary, *kept[prompts[-1]:]]
     at = len(kept)
     while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
         at -= 1

@@ -60,6 +60,7 @@ from .importance import (
     keyword_truncate,
     score_messages,
 )
+from .prompt_source import open_request
 from .tiered_config import TIER_INSTRUCTIONS, env_kwargs
 from .tiered_plan import (
     TierPlan,
@@ -181,6 +182,7 @@ class TieredPolicy:
             reply = yield SummaryRequest(
                 messages=originals, instructions=self.instructions[tier - 1],
                 max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
+                open_request=open_request(messages),
             )
             summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
         return self._finish(messages, plan, summaries, context)

@@ -2,9 +2,11 @@
 
 Deterministic and linear in the input. It writes the sections of seed 004 plus the errors::
 
-    TASK: the first user request
+    TASK: the latest user request (the conversation's open one when the policy names it),
+          then the earlier requests as items, newest first (at most three)
     PROGRESS: numbered completed tool steps, each with the tool and its key result
-    REMAINING: what the last request asks that has no result yet (best effort; says so)
+    REMAINING: what the latest request asks that has no result yet (best effort; says so);
+               never "none" while the conversation's latest request is unanswered
     DATA: every identifier of the originals, verbatim
     DECISIONS: sentences with decision language (seed 002)
     ERRORS: failed tool steps
@@ -43,9 +45,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _NONE = "- none"
 
 
+_EARLIER_KEPT = 3  # earlier requests listed under TASK
+
+
 @dataclass
 class _Sections:
     task: str | None = None
+    earlier: list[str] = field(default_factory=list)  # newest first
     progress: list[str] = field(default_factory=list)
     remaining: list[str] = field(default_factory=list)
     data: dict[str, None] = field(default_factory=dict)
@@ -96,7 +102,7 @@ class ExtractiveSummarizer:
 
     def summarize(self, request: SummaryRequest) -> str:
         """The structured summary of ``request.messages``."""
-        sections = self._scan(request.messages)
+        sections = self._scan(request.messages, request.open_request)
         text = self._render(sections)
         if request.max_tokens is None:
             return text
@@ -111,7 +117,7 @@ class ExtractiveSummarizer:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _scan(self, messages: Sequence[Message]) -> _Sections:
+    def _scan(self, messages: Sequence[Message], open_request: str | None = None) -> _Sections:
         s = _Sections()
         calls: dict[str, tuple[str, str]] = {}
         answered: set[str] = set()
@@ -127,8 +133,7 @@ class ExtractiveSummarizer:
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)
             if m.role == "user" and m.source != "nudge":
-                if s.task is None:
-                    s.task = _short(m.text, self.task_chars)
+                self._new_task(s, m.text)
                 last_request, steps_since, answered_since = i, 0, False
             if m.role in ("user", "assistant"):
                 self._decisions(s, m.text)
@@ -139,6 +144,7 @@ class ExtractiveSummarizer:
                 steps_since += 1
                 self._step(s, m, calls.get(m.tool_call_id or ""))
         self._remaining(s, messages, last_request, steps_since, answered_since)
+        self._open(s, open_request)
         for call_id, (name, args) in calls.items():
             if call_id not in answered:
                 s.remaining.append(f"- pending tool call: {name}({_short(args, 80)})")
@@ -180,6 +186,23 @@ class ExtractiveSummarizer:
                 "was asked; which items remain is unknown)"
             )
 
+    def _new_task(self, s: _Sections, text: str) -> None:
+        """``text`` is the latest request; the one it replaces joins the earlier ones."""
+        task = _short(text, self.task_chars)
+        if s.task is not None and s.task != task:
+            earlier = _short(s.task, self.step_chars)
+            s.earlier = [earlier, *(e for e in s.earlier if e != earlier)][:_EARLIER_KEPT]
+        s.task = task
+
+    def _open(self, s: _Sections, open_request: str | None) -> None:
+        """The conversation's latest request is unanswered: it is the task and it remains,
+        whatever the summarized span says about its own last request."""
+        if not open_request:
+            return
+        self._new_task(s, open_request)
+        s.remaining = [r for r in s.remaining if not r.startswith("- none recorded")]
+        s.remaining.insert(0, f"- respond to the latest request: {_short(open_request, 300)}")
+
     def _merge(self, s: _Sections, text: str) -> None:
         """Fold an earlier structured summary into ``s``."""
         current: str | None = None
@@ -187,10 +210,15 @@ class ExtractiveSummarizer:
             heading = _HEADING.match(line)
             if heading:
                 current, rest = heading.group(1), heading.group(2).strip()
-                if current == "TASK" and rest and s.task is None:
-                    s.task = _short(rest, self.task_chars)
+                if current == "TASK" and rest:
+                    self._new_task(s, rest)
                 continue
             item = _ITEM.sub("", line).strip()
+            if current == "TASK" and item.startswith("earlier request: "):
+                earlier = item[len("earlier request: "):]
+                if earlier not in s.earlier and earlier != s.task:
+                    s.earlier = [*s.earlier, earlier][:_EARLIER_KEPT]
+                continue
             if not item or item.startswith("[") or current in (None, "TASK", "REMAINING"):
                 continue
             if item == "none" or item.startswith("none "):
@@ -214,6 +242,7 @@ class ExtractiveSummarizer:
         if omitted_data:
             data.append(f"- [{omitted_data} more identifier(s) omitted]")
         lines = [f"TASK: {s.task or 'unknown (not in the summarized messages)'}"]
+        lines.extend(f"- earlier request: {e}" for e in s.earlier)
         for heading, items in (
             ("PROGRESS", progress), ("REMAINING", s.remaining), ("DATA", data),
             ("DECISIONS", list(s.decisions)), ("ERRORS", s.errors),

@@ -44,6 +44,11 @@ def render_transcript(messages: Sequence[Message]) -> str:
 def summary_prompt(request: SummaryRequest) -> str:
     """The user prompt of a summary call: instructions, size hint, then the transcript."""
     parts = [request.instructions.strip()]
+    if request.open_request:
+        parts.append(
+            "The user's latest request, not answered yet (make it the TASK and keep it in "
+            f"REMAINING):\n<request>\n{request.open_request}\n</request>"
+        )
     if request.max_tokens:
         parts.append(f"Keep the summary under about {request.max_tokens} tokens.")
     parts.append(f"<conversation>\n{render_transcript(request.messages)}\n</conversation>")
