@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
+from contextfold.policy import SummaryRequest
 from contextfold.testing import generate_history
 
 BUDGET = cf.Budget.for_model("gpt-4o")
@@ -43,7 +44,7 @@ class CountingSummarizer:
         self.inner = cf.ExtractiveSummarizer(counter=counter)
         self.calls = 0
 
-    def summarize(self, request: cf.SummaryRequest) -> str:
+    def summarize(self, request: SummaryRequest) -> str:
         self.calls += 1
         return self.inner.summarize(request)
 

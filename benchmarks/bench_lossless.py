@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
-from contextfold._lossless.references import HANDLE_RE
-from contextfold._messages.structure import SYSTEM_ROLES
 from contextfold.cli.eval import context_text, probes_of
 from contextfold.cli.replay import step_boundaries
 from contextfold.cli.transcripts import Transcript, load_transcripts
+from contextfold.policy import HANDLE_RE, SYSTEM_ROLES
+from contextfold.stores import ReferenceCache, read_original
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
@@ -67,7 +67,7 @@ def compactor_for(place: str, budget: cf.Budget, name: str) -> tuple[cf.Compacto
     if place == "store":
         store = cf.MemoryStore()
         return cf.Compactor(policy, budget, COUNTER, store=store, conversation_id=name), store
-    cache = cf.ReferenceCache(capacity=256 if place == "cache-256" else 4)
+    cache = ReferenceCache(capacity=256 if place == "cache-256" else 4)
     return cf.Compactor(policy, budget, COUNTER, references=cache, conversation_id=name), cache
 
 
@@ -92,7 +92,7 @@ def readable(source: Any, conversation: str, text: str) -> tuple[str, int]:
         seen.add(handle)
         offset: int | None = 0
         while offset is not None:
-            page = cf.read_original(source, conversation, handle, offset=offset, limit=20_000)
+            page = read_original(source, conversation, handle, offset=offset, limit=20_000)
             if "error" in page:
                 break
             out.append(page["content"])

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
+from contextfold.policy import CompactionContext, Policy, SummaryReply
 from contextfold.testing import generate_history
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -83,13 +84,13 @@ def time_pass(
     ``"compact"`` is the whole ``compact()`` call with the extractive summarizer (summary
     service, verification included). Message counts are warm in both.
     """
-    from contextfold._engine.compact import drive_sync
+    from contextfold.testing import run_policy
     from run import best_of
 
     policy = cf.ThresholdPolicy()
     summarizer = cf.ExtractiveSummarizer(counter=counter)
-    context = cf.CompactionContext(budget=budget, counter=counter)
-    reply = cf.SummaryReply(text="TASK: t\nPROGRESS: p\nDATA: d")
+    context = CompactionContext(budget=budget, counter=counter)
+    reply = SummaryReply(text="TASK: t\nPROGRESS: p\nDATA: d")
     out: list[tuple[int, int]] = []
 
     def once() -> None:
@@ -98,7 +99,7 @@ def time_pass(
                                 summarizer=summarizer)
             out.append((result.report.tokens_after, len(result.report.targets)))
             return
-        outcome = drive_sync(policy.run(history, context), lambda request: reply)
+        outcome, _ = run_policy(policy, history, context, reply=reply)
         assert not cf.validate(outcome.messages)
         out.append((context.measure(outcome.messages), len(outcome.targets)))
 
@@ -193,7 +194,7 @@ def fidelity_rows(quick: bool) -> list[dict[str, Any]]:
     def lc_count(messages: list[Any]) -> int:
         return counter.count_messages(from_langchain(messages))
 
-    policies: dict[str, Callable[[], cf.Policy]] = {
+    policies: dict[str, Callable[[], Policy]] = {
         "threshold": cf.ThresholdPolicy, "tiered": cf.TieredPolicy,
     }
     totals = {name: {"kept": 0, "peer": 0, "probes": 0, "tokens": 0, "target": 0,

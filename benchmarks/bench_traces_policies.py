@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
+from contextfold.policy import Policy
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
@@ -121,7 +122,7 @@ def calls_of(messages: Sequence[cf.Message]) -> list[int]:
     return [*cuts, len(messages)] if not cuts or cuts[-1] != len(messages) else cuts
 
 
-def replay(case: Case, make: Callable[[], cf.Policy], budget: cf.Budget,
+def replay(case: Case, make: Callable[[], Policy], budget: cf.Budget,
            counter: cf.TokenCounter, totals: Totals) -> None:
     """Feed one trajectory to a fresh Compactor call by call; add the figures to totals."""
     compactor = cf.Compactor(make(), budget, counter, tools=case.tools,
@@ -155,7 +156,7 @@ def replay(case: Case, make: Callable[[], cf.Policy], budget: cf.Budget,
         compactor.record_response()
 
 
-POLICIES: dict[str, Callable[[], cf.Policy]] = {
+POLICIES: dict[str, Callable[[], Policy]] = {
     "loop-slice": cf.LoopSlicePolicy,
     "turn-aware": cf.TurnAwarePolicy,
     "summary": cf.SummaryPolicy,

@@ -11,13 +11,14 @@ With a real model nothing changes here: policies are pure functions over message
 from __future__ import annotations
 
 import contextfold as cf
+from contextfold.policy import Policy
 from contextfold.testing import generate_history
 
 history = generate_history(seed=3, turns=40, tools_per_turn=3, tool_chars=3_000, images=True)
 counter = cf.counter_for_model("gpt-4o")
 budget = cf.Budget(context_window=24_000, output_reserve=2_000)
 
-policies: dict[str, cf.Policy] = {
+policies: dict[str, Policy] = {
     "truncation (oldest_first)": cf.TruncationPolicy(),
     "truncation (middle_out)": cf.TruncationPolicy(strategy="middle_out"),
     "turn-aware": cf.TurnAwarePolicy(),

@@ -17,12 +17,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import contextfold as cf
+from contextfold.stores import BaseStore
 
 URL = os.environ.get("CONTEXTFOLD_POSTGRES_URL") or os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL")
 WORKERS, AGENTS, STEPS = 4, 3, 25
 
 
-def open_store(where: str) -> cf.BaseStore:
+def open_store(where: str) -> BaseStore:
     return cf.PostgresStore(where) if where.startswith("postgresql") else cf.SQLiteStore(where)
 
 

@@ -14,12 +14,13 @@ import tempfile
 from pathlib import Path
 
 import contextfold as cf
+from contextfold.stores import SEARCH_GUIDANCE, search_tools
 from langchain_contextfold import search_tools_for
 
 with tempfile.TemporaryDirectory() as tmp:
     store = cf.SQLiteStore(Path(tmp) / "history.db")
     store.append("agent-7", [
-        cf.Message("system", "You are a trader. " + cf.SEARCH_GUIDANCE),
+        cf.Message("system", "You are a trader. " + SEARCH_GUIDANCE),
         cf.Message("user", "Sell the iron ore at the best station."),
         cf.Message("assistant", "Station Kepler pays 41 credits per ton of iron ore."),
         cf.Message("user", "And copper?"),
@@ -27,7 +28,7 @@ with tempfile.TemporaryDirectory() as tmp:
     ])
     store.append("agent-8", [cf.Message("user", "iron ore prices at Kepler are secret")])
 
-    specs = cf.search_tools(store, "agent-7")
+    specs = search_tools(store, "agent-7")
     print("tools:", [spec.name for spec in specs])
     search = next(spec for spec in specs if spec.name == "search_messages")
     hits = search.function(query='iron ore "Kepler"', limit=5)

@@ -5,9 +5,13 @@ An adapter converts messages and sends them; everything else about a model call 
 every fixed cost counted, the overflow retry below the provider's stated limit,
 calibration from the reported :class:`Usage`, the idle decision and persistence with
 :func:`stable_id`. Provider errors are read with :func:`overflow_of` and :func:`error_kind`;
-LLM summarizers build their prompt with :func:`summary_prompt`.
+LLM summarizers build their prompt with :func:`summary_prompt`. :func:`message_to_dict` and
+:func:`message_from_dict` are the stores' JSON form of a message (a framework's own
+serialization can embed it).
 """
 
+from ._counting.budget import MODEL_LIMITS, ModelLimits
+from ._counting.counters import encoding_for_model
 from ._engine.calls import CallLoop, Conversations, Usage, View, opening_key, stable_id
 from ._engine.overflow import (
     OVERFLOW_PHRASES,
@@ -20,8 +24,11 @@ from ._engine.overflow import (
 )
 from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
+from .stores._codec import decode as message_from_dict
+from .stores._codec import encode as message_to_dict
 
 __all__ = [
+    "MODEL_LIMITS",
     "OVERFLOW_PHRASES",
     "SUMMARY_SYSTEM_PROMPT",
     "AnySummarizer",
@@ -29,11 +36,15 @@ __all__ = [
     "CallLoop",
     "Conversations",
     "ErrorKind",
+    "ModelLimits",
     "Overflow",
     "Usage",
     "View",
+    "encoding_for_model",
     "error_kind",
     "is_context_overflow",
+    "message_from_dict",
+    "message_to_dict",
     "opening_key",
     "overflow_figures",
     "overflow_of",

@@ -7,6 +7,8 @@
   without Hypothesis, for benchmarks.
 * :func:`assert_valid_within` checks the two promises every policy makes: the output passes
   :func:`contextfold.validate` and fits the budget.
+* :func:`run_policy` drives a policy's generator by hand, answering its summary requests.
+* :class:`ScriptedSummarizer` answers summary requests from a script and records them.
 
 ``import contextfold`` does not import this module; Hypothesis is only needed by
 :func:`histories` (``pip install "contextfold[dev]"``)::
@@ -22,21 +24,37 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 from ._counting.budget import Budget
 from ._counting.counters import TokenCounter
 from ._messages.model import ContentPart, ImagePart, Message, TextPart, ToolCall
 from ._messages.validation import validate
+from ._policies.contract import (
+    CompactionContext,
+    Policy,
+    PolicyOutcome,
+    SummaryReply,
+    SummaryRequest,
+)
+from ._summaries.summarizer import ScriptedSummarizer
 from .errors import MissingExtraError
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
 
-__all__ = ["DEFECTS", "assert_valid_within", "generate_history", "histories"]
+__all__ = [
+    "DEFECTS",
+    "ScriptedSummarizer",
+    "SummaryAnswer",
+    "assert_valid_within",
+    "generate_history",
+    "histories",
+    "run_policy",
+]
 
 T = TypeVar("T")
 
@@ -406,3 +424,59 @@ def assert_valid_within(
     if failures:
         raise AssertionError("invalid compaction output:\n  " + "\n  ".join(failures))
 
+
+
+SummaryAnswer = Union[
+    str, SummaryReply, Callable[[SummaryRequest], "str | SummaryReply | None"], None
+]
+"""What :func:`run_policy` answers a summary request with: a text, ``None`` (the summary
+failed), a whole reply, or a callable that makes one of those from the request."""
+
+
+def run_policy(
+    policy: Policy,
+    messages: Sequence[Message],
+    context: CompactionContext | None = None,
+    *,
+    budget: Budget | None = None,
+    counter: TokenCounter | None = None,
+    reply: SummaryAnswer = "TASK: t\nPROGRESS: p\nREMAINING: r\nDATA: d\nDECISIONS: none",
+) -> tuple[PolicyOutcome, list[SummaryRequest]]:
+    """Drive ``policy`` by hand, as the engine would, and return its outcome and every
+    summary request it made.
+
+    Give a ``context``, or a ``budget`` (and a ``counter``; default an estimating one) to
+    build a plain one. Nothing is validated or checked against the budget: this is the
+    policy's raw output, for tests of the policy itself.
+
+    Example::
+
+        outcome, requests = run_policy(ThresholdPolicy(), history, budget=Budget(4_000),
+                                       reply="TASK: book\\nDATA: HAT001")
+        assert len(requests) == 1 and outcome.method == "threshold"
+    """
+    if context is None:
+        if budget is None:
+            raise TypeError("run_policy needs a context or a budget")
+        from ._counting.counters import EstimatingCounter
+
+        context = CompactionContext(budget=budget, counter=counter or EstimatingCounter())
+    requests: list[SummaryRequest] = []
+    run = policy.run(messages, context)
+    try:
+        request = next(run)
+        while True:
+            requests.append(request)
+            request = run.send(_answer(reply, request))
+    except StopIteration as stop:
+        outcome: PolicyOutcome = stop.value
+        return outcome, requests
+
+
+def _answer(reply: SummaryAnswer, request: SummaryRequest) -> SummaryReply:
+    value = reply(request) if callable(reply) else reply
+    if isinstance(value, SummaryReply):
+        return value
+    if value is None:
+        return SummaryReply(text=None, origin="failed", error="scripted failure")
+    return SummaryReply(text=value)

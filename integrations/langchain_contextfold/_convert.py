@@ -40,7 +40,8 @@ from langchain_core.messages import (
     ToolMessageChunk,
 )
 
-from contextfold import ConversionError, ImagePart, Message, OpaquePart, TextPart, ToolCall
+from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
+from contextfold.policy import OpaquePart
 
 __all__ = [
     "LANGCHAIN_KEY",

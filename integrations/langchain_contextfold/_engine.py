@@ -15,7 +15,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from contextfold import Budget, Compactor, ConfigurationError, Message, TokenCounter
+from contextfold import Budget, Compactor, Message, TokenCounter
+from contextfold.errors import ConfigurationError
 from contextfold.integration import (
     AnySummarizer,
     CallLoop,

@@ -27,7 +27,8 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from contextfold import Budget, ConfigurationError, TokenCounter
+from contextfold import Budget, TokenCounter
+from contextfold.errors import ConfigurationError
 from contextfold.integration import AnySummarizer
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore

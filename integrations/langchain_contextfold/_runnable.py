@@ -30,7 +30,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextfold import Budget, ConfigurationError, TokenCounter
+from contextfold import Budget, TokenCounter
+from contextfold.errors import ConfigurationError
 from contextfold.integration import AnySummarizer, View
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore

@@ -19,7 +19,7 @@ from typing import Any
 
 from langchain_core.tools import StructuredTool
 
-from contextfold import (
+from contextfold.stores import (
     READ_ORIGINAL_GUIDANCE,
     SEARCH_GUIDANCE,
     SearchToolSpec,
@@ -71,7 +71,7 @@ def read_original_tool_for(source: Any, conversation_id: str | None = None) -> S
     compaction left in the context (a truncation label, a cleared result, a summary).
 
     ``source`` is the store given to the middleware (``conversation_id`` the run's
-    ``thread_id``), or a ``cf.Compactor`` / ``cf.ReferenceCache`` when no store keeps the
+    ``thread_id``), or a ``cf.Compactor`` / ``ReferenceCache`` when no store keeps the
     originals. Handles of other conversations are refused. Put
     :data:`READ_ORIGINAL_GUIDANCE` in the system prompt so the model knows to use it.
     """

@@ -9,6 +9,7 @@ import pytest
 
 import contextfold as cf
 from contextfold.cli.transcripts import load_transcripts
+from contextfold.errors import TranscriptError
 
 CHAT = [
     {"role": "system", "content": "You are an airline agent."},
@@ -81,12 +82,12 @@ def test_errors_name_the_file_and_the_position(
 ) -> None:
     path = tmp_path / name
     path.write_text(text)
-    with pytest.raises(cf.TranscriptError) as info:
+    with pytest.raises(TranscriptError) as info:
         load_transcripts(path)
     assert str(path) in str(info.value)
     assert position in str(info.value)
 
 
 def test_missing_file_is_a_transcript_error(tmp_path: Path) -> None:
-    with pytest.raises(cf.TranscriptError, match="cannot read"):
+    with pytest.raises(TranscriptError, match="cannot read"):
         load_transcripts(tmp_path / "nope.json")

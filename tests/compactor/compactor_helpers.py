@@ -8,7 +8,14 @@ from dataclasses import replace
 import contextfold as cf
 from contextfold._messages.structure import leading_system_count
 from contextfold._policies.head_tail import truncate_head_tail
-from contextfold.policy import PolicyRun
+from contextfold.policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryRequest,
+    Target,
+    split_groups,
+)
 
 NOTICE = "[Compaction Notice: a conversation summary could not be generated.]"
 
@@ -27,11 +34,11 @@ class FoldPolicy:
     def __init__(self, summary_tokens: int = 250) -> None:
         self.summary_tokens = summary_tokens
 
-    def run(self, messages: Sequence[cf.Message], context: cf.CompactionContext) -> PolicyRun:
+    def run(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyRun:
         if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
-            return cf.PolicyOutcome(messages)
+            return PolicyOutcome(messages)
         lead = leading_system_count(messages)
-        groups = cf.split_groups(messages, lead)
+        groups = split_groups(messages, lead)
         # what the provider counted beyond our estimate (calibration) shrinks the room
         offset = max(0, (context.known_tokens or 0) - context.measure(messages))
         room = (context.budget.target_tokens - context.measure(messages[:lead])
@@ -46,9 +53,9 @@ class FoldPolicy:
             used += size
             keep_from -= 1
         if keep_from == 0:
-            return cf.PolicyOutcome(messages)
+            return PolicyOutcome(messages)
         old = tuple(m for g in groups[:keep_from] for m in g.messages)
-        reply = yield cf.SummaryRequest(
+        reply = yield SummaryRequest(
             messages=old, instructions="Summarize: TASK, PROGRESS, REMAINING, DATA, DECISIONS.",
             max_tokens=self.summary_tokens, purpose="fold",
         )
@@ -59,11 +66,11 @@ class FoldPolicy:
         summary = cf.Message(role="user", content=f"[Compaction Summary]\n{text}", source="summary")
         kept = list(messages[groups[keep_from].start:]) if keep_from < len(groups) else []
         targets = tuple(
-            cf.Target(index=i, role=m.role, method="summarized",
+            Target(index=i, role=m.role, method="summarized",
                       original_tokens=context.counter.count_message(m), new_tokens=0)
             for i, m in enumerate(old, lead)
         )
-        return cf.PolicyOutcome(
+        return PolicyOutcome(
             [*messages[:lead], summary, *kept], method="fold", targets=targets,
             notes=() if reply.text is not None else ("summary failed; used notice",),
         )

@@ -19,6 +19,7 @@ from contextfold._engine.calls import (
     stable_id,
 )
 from contextfold.errors import ContextOverflowError, NoProgressError
+from contextfold.policy import Policy
 
 
 class Overflow(Exception):
@@ -81,7 +82,7 @@ def usage(reply: dict[str, Any]) -> Usage:
     return Usage(reply["usage"], 5)
 
 
-def loop_for(policy: cf.Policy, budget: cf.Budget, counter: cf.TokenCounter,
+def loop_for(policy: Policy, budget: cf.Budget, counter: cf.TokenCounter,
              store: Any = None, key: str = "conv") -> CallLoop[dict[str, Any]]:
     compactor = cf.Compactor(policy, budget, counter, store=store, conversation_id=key)
     return CallLoop(compactor, to_core=to_core, from_core=from_core)
@@ -93,7 +94,7 @@ POLICIES = [cf.ThresholdPolicy(), cf.TurnAwarePolicy(), cf.TruncationPolicy(),
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
 def test_a_budget_larger_than_the_real_window_costs_one_rejection(
-    policy: cf.Policy, counter: cf.TokenCounter
+    policy: Policy, counter: cf.TokenCounter
 ) -> None:
     # Configured for 16k, the model takes 10k: the first overflow states the limit, the
     # loop compacts below it and keeps the lowered budget for the rest of the run.

@@ -14,7 +14,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.testing import assert_valid_within, generate_history, histories
+from contextfold.errors import ConfigurationError, NoProgressError
+from contextfold.policy import CompactionContext, PolicyOutcome, SimplePolicy, SummaryRequest
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, generate_history, histories
 
 BUDGET = cf.Budget(context_window=5_000, output_reserve=1_000)
 NO_WAIT = cf.RetryPolicy(base_delay=0)
@@ -187,7 +189,7 @@ def test_calibration_is_per_compactor(counter: cf.TokenCounter) -> None:
 
 def test_observe_usage_rejects_nonsense() -> None:
     compactor = cf.Compactor(FoldPolicy(), BUDGET)
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         compactor.observe_usage(input_tokens=-1)
 
 
@@ -213,7 +215,7 @@ def test_force_without_progress_fails_fast_next_time(counter: cf.TokenCounter) -
     compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter)
     first = compactor.compact(step, force=True)  # folding a 3-word prompt cannot shrink it
     assert first.report.tokens_after >= first.report.tokens_before
-    with pytest.raises(cf.NoProgressError, match="no progress"):
+    with pytest.raises(NoProgressError, match="no progress"):
         compactor.compact(step, force=True)
     compactor.observe_usage(input_tokens=100)  # a successful call clears the guard
     compactor.compact(step, force=True)
@@ -224,7 +226,7 @@ def test_repeated_forcing_shrinks_until_it_cannot(counter: cf.TokenCounter) -> N
     step = history[: call_points(history)[-1]]
     compactor = cf.Compactor(FoldPolicy(), cf.Budget(context_window=60_000), counter=counter)
     sizes = []
-    with pytest.raises(cf.NoProgressError):
+    with pytest.raises(NoProgressError):
         for _ in range(20):
             sizes.append(compactor.compact(step, force=True).report.tokens_after)
     assert len(sizes) < 20
@@ -276,15 +278,15 @@ def test_debug_log_line_has_the_decision_figures(
         assert figure in line
 
 
-class _IdlePolicy(cf.SimplePolicy):
+class _IdlePolicy(SimplePolicy):
     name = "idle"
     always_run = True
 
-    def apply(self, messages: Any, context: cf.CompactionContext) -> cf.PolicyOutcome:
+    def apply(self, messages: Any, context: CompactionContext) -> PolicyOutcome:
         context.state.encouragement_count += 1
         if context.state.encouragement_count >= 3:
             context.state.idle, context.state.idle_reason = True, "no response after 3 nudges"
-        return cf.PolicyOutcome(messages)
+        return PolicyOutcome(messages)
 
 
 def test_always_run_policies_run_every_call_and_idle_is_an_event(
@@ -319,7 +321,7 @@ class _SpyStore(cf.MemoryStore):
 def test_a_summarizer_that_always_fails_never_loses_history(
     counter: cf.TokenCounter, mode: Any
 ) -> None:
-    failing = cf.ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(TimeoutError("down")))
+    failing = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(TimeoutError("down")))
     store = _SpyStore()
     history = generate_history(9, turns=12, tool_chars=600)
     compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter, summarizer=failing,
@@ -343,7 +345,7 @@ def test_a_summarizer_that_always_fails_never_loses_history(
 
 
 def _replay(store: Any, counter: cf.TokenCounter, history: list[cf.Message],
-            summarizer: cf.ScriptedSummarizer) -> list[cf.CompactionResult]:
+            summarizer: ScriptedSummarizer) -> list[cf.CompactionResult]:
     compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter, summarizer=summarizer,
                              store=store, conversation_id="replay")
     return [compactor.compact(history[:n]) for n in call_points(history)[:200]]
@@ -355,11 +357,11 @@ def test_replaying_200_steps_with_the_persisted_cache_makes_no_summarizer_calls(
     history = generate_history(11, turns=70, tools_per_turn=2, tool_chars=500)
     assert len(call_points(history)) >= 200
     path = tmp_path / "history.db"
-    first = cf.ScriptedSummarizer(default=lambda r: f"TASK: replay\nDATA:\n- {r.cache_key[:12]}")
+    first = ScriptedSummarizer(default=lambda r: f"TASK: replay\nDATA:\n- {r.cache_key[:12]}")
     with cf.SQLiteStore(path) as store:
         original = _replay(store, counter, history, first)
     assert first.calls >= 3
-    again = cf.ScriptedSummarizer()  # raises if it is ever called
+    again = ScriptedSummarizer()  # raises if it is ever called
     with cf.SQLiteStore(path) as store:
         replayed = _replay(store, counter, history, again)
     assert again.calls == 0
@@ -371,7 +373,7 @@ def test_replaying_200_steps_with_the_persisted_cache_makes_no_summarizer_calls(
 
 
 def test_one_summarizer_call_per_compaction_pass(counter: cf.TokenCounter) -> None:
-    summarizer = cf.ScriptedSummarizer(default="TASK: t\nPROGRESS:\n1. step")
+    summarizer = ScriptedSummarizer(default="TASK: t\nPROGRESS:\n1. step")
     _, results = _long_run(counter, 60, summarizer=summarizer)
     for _, r in results:
         assert r.report.llm_calls == (1 if r.report.method == "fold" else 0)
@@ -431,11 +433,11 @@ def test_reset_forgets_the_conversation(counter: cf.TokenCounter) -> None:
 
 
 def test_configuration_is_checked() -> None:
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         cf.Compactor(FoldPolicy(), BUDGET, on_summary_failure="ignore")  # type: ignore[arg-type]
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         cf.Compactor(object(), BUDGET)  # type: ignore[arg-type]
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         cf.RetryPolicy(max_attempts=0)
 
 
@@ -448,7 +450,7 @@ def test_property_failing_summarizer_leaves_input_and_store_untouched(
     history: list[cf.Message], mode: Any, raises: Any, counter: cf.TokenCounter
 ) -> None:
     # "" stands for a summarizer that answers with an empty summary: a failure too.
-    summarizer = cf.ScriptedSummarizer(default=lambda r: _fail(raises))
+    summarizer = ScriptedSummarizer(default=lambda r: _fail(raises))
     store = _SpyStore()
     compactor = cf.Compactor(FoldPolicy(), SMALL, counter=counter, summarizer=summarizer,
                              store=store, retry=cf.RetryPolicy(max_attempts=2, base_delay=0),
@@ -516,7 +518,7 @@ async def test_acompact_awaits_an_async_only_summarizer_with_retries(
         def __init__(self) -> None:
             self.calls = 0
 
-        async def asummarize(self, request: cf.SummaryRequest) -> str:
+        async def asummarize(self, request: SummaryRequest) -> str:
             self.calls += 1
             if self.calls % 2:
                 raise ConnectionError("flaky")
@@ -535,7 +537,7 @@ async def test_acompact_awaits_an_async_only_summarizer_with_retries(
             summary = next(m for m in result.messages if m.source == "summary").text
             assert "keep going" in summary and "flaky" not in summary
     assert folds >= 1 and summarizer.calls == 2 * folds and waits == [0.5] * folds
-    with pytest.raises(cf.ConfigurationError, match="async only"):
+    with pytest.raises(ConfigurationError, match="async only"):
         cf.Compactor(FoldPolicy(), cf.Budget(context_window=3_000), counter=counter,
                      summarizer=AsyncOnly()).compact(history, force=True)
 

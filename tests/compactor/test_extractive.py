@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._summaries.identifiers import message_identifiers
+from contextfold.policy import SummaryRequest, extract_identifiers
 from contextfold.testing import generate_history, histories
 
 
@@ -50,7 +51,7 @@ def _briefing() -> list[cf.Message]:
 
 
 def _summary(messages: list[cf.Message], **kw: object) -> str:
-    request = cf.SummaryRequest(messages=tuple(messages), instructions="", **kw)  # type: ignore[arg-type]
+    request = SummaryRequest(messages=tuple(messages), instructions="", **kw)  # type: ignore[arg-type]
     return cf.ExtractiveSummarizer().summarize(request)
 
 
@@ -103,7 +104,7 @@ def test_remaining_when_the_last_request_is_unanswered_or_answered() -> None:
 def test_max_tokens_trims_progress_before_data(counter: cf.TokenCounter) -> None:
     history = generate_history(4, turns=6, tool_chars=800)
     full = _summary(history)
-    request = cf.SummaryRequest(messages=tuple(history), instructions="", max_tokens=500)
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=500)
     short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert counter.count_text(short) <= 500 < counter.count_text(full)
     assert "earlier step(s) omitted" in short
@@ -124,7 +125,7 @@ def test_max_tokens_shortens_remaining_before_dropping_data(counter: cf.TokenCou
                cf.Message(role="assistant", tool_calls=pending)]
     full = _summary(history)
     assert len(_section(full, "REMAINING")) > 25  # the request and one line per pending call
-    request = cf.SummaryRequest(messages=tuple(history), instructions="",
+    request = SummaryRequest(messages=tuple(history), instructions="",
                                 max_tokens=counter.count_text(full) * 2 // 3)
     short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert counter.count_text(short) <= request.max_tokens
@@ -156,7 +157,7 @@ def test_identifier_kinds() -> None:
         "Logs at /var/log/app/error.log and src/app/main.py, docs https://x.io/a?b=1. "
         "Deadline July 9, 2026 at 2:43 AM; ticket ABC-123; id 123e4567-e89b-12d3-a456-426614174000."
     )
-    found = cf.extract_identifiers(text)
+    found = extract_identifiers(text)
     assert found == [
         "#KT-9284", "ana@example.com", "2026-07-09T10:00Z", "$1,204.50", "1200 EUR", "HAT001",
         "4WQ150", "mia_li_3668", "4155550123", "/var/log/app/error.log", "src/app/main.py",
@@ -167,18 +168,18 @@ def test_identifier_kinds() -> None:
 
 def test_plain_words_and_tool_names_are_not_identifiers() -> None:
     text = "The agent checked the inventory and/or status. utf-8 gpt-4o address1 line2"
-    assert cf.extract_identifiers(text) == []
+    assert extract_identifiers(text) == []
 
 
 def test_card_endings_are_identifiers() -> None:
-    assert cf.extract_identifiers("Use the credit card ending in 9725 please") == ["9725"]
+    assert extract_identifiers("Use the credit card ending in 9725 please") == ["9725"]
 
 
 @given(st.lists(st.from_regex(r"[A-Z]{2,4}-[0-9]{3,6}", fullmatch=True), min_size=1, max_size=5),
        st.lists(st.sampled_from(["the", "order", "was", "shipped", "to", "customer"]), max_size=8))
 def test_embedded_references_are_found_in_order(refs: list[str], words: list[str]) -> None:
     text = " ".join([*words, *(f"ref {r}," for r in refs), *words])
-    assert cf.extract_identifiers(text) == list(dict.fromkeys(refs))
+    assert extract_identifiers(text) == list(dict.fromkeys(refs))
 
 
 def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:

@@ -11,6 +11,8 @@ import pytest
 import contextfold as cf
 from contextfold._engine.overflow import error_kind, overflow_of
 from contextfold._summaries.service import SummaryService
+from contextfold.policy import SummaryRequest
+from contextfold.testing import ScriptedSummarizer
 
 
 class StatusError(Exception):
@@ -27,11 +29,11 @@ def too_long() -> StatusError:
                        "messages resulted in 9000 tokens.", code="context_length_exceeded")
 
 
-def request(n: int = 30) -> cf.SummaryRequest:
+def request(n: int = 30) -> SummaryRequest:
     msgs = [cf.Message(role="user", content="Read the files.")]
     for k in range(n):
         msgs.append(cf.Message(role="assistant", content=f"file {k} holds ID-{k:04d} " + "x " * 60))
-    return cf.SummaryRequest(messages=tuple(msgs), instructions="Summarize.")
+    return SummaryRequest(messages=tuple(msgs), instructions="Summarize.")
 
 
 def service(summarizer: Any, sleeps: list[float], **kw: Any) -> SummaryService:
@@ -42,7 +44,7 @@ def service(summarizer: Any, sleeps: list[float], **kw: Any) -> SummaryService:
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
 def test_a_refused_request_falls_back_at_once(status: int, counter: cf.TokenCounter) -> None:
     sleeps: list[float] = []
-    s = cf.ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(StatusError(status)))
+    s = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(StatusError(status)))
     svc = service(s, sleeps, counter=counter)
     reply = svc.answer(request(3))
     assert reply.origin == "fallback" and reply.text
@@ -54,7 +56,7 @@ def test_a_refused_request_falls_back_at_once(status: int, counter: cf.TokenCoun
                                    ConnectionError("reset")])
 def test_transient_failures_back_off(error: BaseException, counter: cf.TokenCounter) -> None:
     sleeps: list[float] = []
-    s = cf.ScriptedSummarizer([error, "TASK: t\nDATA: ID-0000"])
+    s = ScriptedSummarizer([error, "TASK: t\nDATA: ID-0000"])
     reply = service(s, sleeps, counter=counter).answer(request(1))
     assert reply.origin == "summarizer" and s.calls == 2 and sleeps == [1.0]
 
@@ -65,14 +67,14 @@ def test_a_request_the_model_finds_too_long_is_split_without_waiting(
     sleeps: list[float] = []
     sizes: list[int] = []
 
-    def model(r: cf.SummaryRequest) -> str:
+    def model(r: SummaryRequest) -> str:
         size = counter.count_messages(r.messages)
         sizes.append(size)
         if size > 1_500:
             raise too_long()
         return "TASK: read\nDATA: " + " ".join(f"ID-{k:04d}" for k in range(30))
 
-    svc = service(cf.ScriptedSummarizer(default=model), sleeps, counter=counter)
+    svc = service(ScriptedSummarizer(default=model), sleeps, counter=counter)
     reply = svc.answer(request(30))
     assert reply.origin == "summarizer"
     assert sleeps == []
@@ -85,11 +87,11 @@ def test_requests_fit_the_window_with_room_for_the_summary(counter: cf.TokenCoun
     # request leaves a quarter of a small window for the reply.
     seen: list[int] = []
 
-    def model(r: cf.SummaryRequest) -> str:
+    def model(r: SummaryRequest) -> str:
         seen.append(counter.count_messages(r.messages) + counter.count_text(r.instructions))
         return "TASK: t"
 
-    svc = service(cf.ScriptedSummarizer(default=model), [], counter=counter, window=2_000)
+    svc = service(ScriptedSummarizer(default=model), [], counter=counter, window=2_000)
     svc.answer(request(40))
     assert len(seen) > 1 and max(seen) <= 2_000 - 2_000 // 4
 

@@ -11,14 +11,18 @@ import pytest
 import contextfold as cf
 from contextfold._summaries.service import SummaryService
 from contextfold._summaries.split import append_to_data, split_request
+from contextfold.errors import ConfigurationError
+from contextfold.policy import SummaryRequest
+from contextfold.stores import LRUSummaryCache
+from contextfold.testing import ScriptedSummarizer
 
 SUMMARY = "TASK: book a flight\nPROGRESS:\n1. searched\nDATA:\n- HAT001\nDECISIONS:\n- none"
 
 
-def _request(*texts: str, **kw: Any) -> cf.SummaryRequest:
+def _request(*texts: str, **kw: Any) -> SummaryRequest:
     msgs = [cf.Message(role="user", content=texts[0])]
     msgs += [cf.Message(role="assistant", content=t) for t in texts[1:]]
-    return cf.SummaryRequest(messages=tuple(msgs), instructions="Summarize.", **kw)
+    return SummaryRequest(messages=tuple(msgs), instructions="Summarize.", **kw)
 
 
 class _Sleeps:
@@ -44,7 +48,7 @@ def _service(summarizer: Any, sleeps: _Sleeps | None = None, **kw: Any) -> Summa
 
 def test_retries_with_exponential_backoff_until_success() -> None:
     sleeps = _Sleeps()
-    s = cf.ScriptedSummarizer([TimeoutError("t1"), ConnectionError("c2"), "", SUMMARY])
+    s = ScriptedSummarizer([TimeoutError("t1"), ConnectionError("c2"), "", SUMMARY])
     service = _service(s, sleeps)
     reply = service.answer(_request("Book flight HAT001"))
     assert reply.text == SUMMARY and reply.origin == "summarizer"
@@ -61,14 +65,14 @@ def test_backoff_is_capped_and_configurable() -> None:
 
 def test_zero_delays_do_not_sleep() -> None:
     sleeps = _Sleeps()
-    s = cf.ScriptedSummarizer([RuntimeError("x"), SUMMARY])
+    s = ScriptedSummarizer([RuntimeError("x"), SUMMARY])
     _service(s, sleeps, retry={"base_delay": 0}).answer(_request("hi"))
     assert sleeps.sync == [] and s.calls == 2
 
 
 async def test_async_driver_runs_the_same_flow() -> None:
     sleeps = _Sleeps()
-    s = cf.ScriptedSummarizer([TimeoutError("t1"), ConnectionError("c2"), SUMMARY])
+    s = ScriptedSummarizer([TimeoutError("t1"), ConnectionError("c2"), SUMMARY])
     service = _service(s, sleeps)
     reply = await service.aanswer(_request("Book flight HAT001"))
     assert reply.text == SUMMARY and s.calls == 3
@@ -77,7 +81,7 @@ async def test_async_driver_runs_the_same_flow() -> None:
 
 async def test_async_timeout_counts_as_a_failure() -> None:
     class Slow:
-        async def asummarize(self, request: cf.SummaryRequest) -> str:
+        async def asummarize(self, request: SummaryRequest) -> str:
             await asyncio.sleep(5)
             return "late"
 
@@ -95,7 +99,7 @@ def test_sync_timeout_counts_as_a_failure_without_waiting_for_the_call() -> None
     finished: list[bool] = []
 
     class Stuck:
-        def summarize(self, request: cf.SummaryRequest) -> str:
+        def summarize(self, request: SummaryRequest) -> str:
             release.wait(10)
             finished.append(True)
             return "late"
@@ -113,7 +117,7 @@ def test_sync_timeout_counts_as_a_failure_without_waiting_for_the_call() -> None
 
 
 def test_exhausted_retries_fall_back_to_the_extractive_summary() -> None:
-    s = cf.ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("HTTP 503")))
+    s = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("HTTP 503")))
     service = _service(s, retry={"base_delay": 0})
     reply = service.answer(_request("Refund order ORD-77123 to ana@example.com"))
     assert s.calls == 5
@@ -126,14 +130,14 @@ def test_exhausted_retries_fall_back_to_the_extractive_summary() -> None:
 
 
 def test_notice_mode_replies_without_text() -> None:
-    s = cf.ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("down")))
+    s = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("down")))
     reply = _service(s, retry={"base_delay": 0}, on_failure="notice").answer(_request("x"))
     assert reply.text is None and reply.origin == "failed" and "down" in (reply.error or "")
 
 
 def test_non_text_answers_are_failures() -> None:
     class Weird:
-        def summarize(self, request: cf.SummaryRequest) -> Any:
+        def summarize(self, request: SummaryRequest) -> Any:
             return {"summary": "not text"}
 
     reply = _service(Weird(), retry={"base_delay": 0}, on_failure="notice").answer(_request("x"))
@@ -141,8 +145,8 @@ def test_non_text_answers_are_failures() -> None:
 
 
 def test_failed_summaries_are_not_cached() -> None:
-    cache = cf.LRUSummaryCache()
-    s = cf.ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("down")))
+    cache = LRUSummaryCache()
+    s = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(RuntimeError("down")))
     _service(s, retry={"base_delay": 0}, cache=cache).answer(_request("x"))
     assert len(cache) == 0
 
@@ -151,8 +155,8 @@ def test_failed_summaries_are_not_cached() -> None:
 
 
 def test_cache_hits_make_no_calls() -> None:
-    cache = cf.LRUSummaryCache(maxsize=4)
-    s = cf.ScriptedSummarizer(default=SUMMARY)
+    cache = LRUSummaryCache(maxsize=4)
+    s = ScriptedSummarizer(default=SUMMARY)
     first = _service(s, cache=cache)
     assert first.answer(_request("Book flight HAT001")).origin == "summarizer"
     second = _service(s, cache=cache)
@@ -162,25 +166,25 @@ def test_cache_hits_make_no_calls() -> None:
 
 
 def test_lru_evicts_the_least_recently_used() -> None:
-    cache = cf.LRUSummaryCache(maxsize=2)
+    cache = LRUSummaryCache(maxsize=2)
     cache.put("a", "A")
     cache.put("b", "B")
     assert cache.get("a") == "A"  # a is now the most recent
     cache.put("c", "C")
     assert "b" not in cache and cache.get("a") == "A" and cache.get("c") == "C"
-    with pytest.raises(cf.ConfigurationError):
-        cf.LRUSummaryCache(maxsize=0)
+    with pytest.raises(ConfigurationError):
+        LRUSummaryCache(maxsize=0)
 
 
 def test_a_store_persists_the_cache_and_a_broken_store_is_a_miss() -> None:
     from contextfold._summaries.cache import cache_for
 
     store = cf.MemoryStore()
-    cache = cache_for(cf.LRUSummaryCache(), store)
+    cache = cache_for(LRUSummaryCache(), store)
     assert cache is not None
     cache.put("k", "text")
     assert store.get_summary("k") == "text"
-    fresh = cache_for(cf.LRUSummaryCache(), store)
+    fresh = cache_for(LRUSummaryCache(), store)
     assert fresh is not None and fresh.get("k") == "text"
 
     class Broken:
@@ -202,7 +206,7 @@ def test_a_store_persists_the_cache_and_a_broken_store_is_a_miss() -> None:
 def test_an_input_over_the_window_is_split_and_merged(counter: cf.TokenCounter) -> None:
     texts = [f"Step {i}: checked order ORD-{10_000 + i} " + "word " * 120 for i in range(12)]
     request = _request(*texts, max_input_tokens=600)
-    s = cf.ScriptedSummarizer(default=lambda r: f"TASK: t\nDATA:\n- part {r.purpose}")
+    s = ScriptedSummarizer(default=lambda r: f"TASK: t\nDATA:\n- part {r.purpose}")
     service = _service(s, counter=counter)
     reply = service.answer(request)
     parts = [r for r in s.requests if ":part" in r.purpose]
@@ -218,7 +222,7 @@ def test_an_input_over_the_window_is_split_and_merged(counter: cf.TokenCounter) 
 
 
 def test_the_summarizer_window_attribute_also_splits(counter: cf.TokenCounter) -> None:
-    class Small(cf.ScriptedSummarizer):
+    class Small(ScriptedSummarizer):
         max_input_tokens = 300
 
     s = Small(default="TASK: t")
@@ -234,7 +238,7 @@ def test_a_group_never_splits_across_parts_unless_alone_too_big(counter: cf.Toke
         cf.Message(role="tool", content="data " * 60, tool_call_id="c1"),
         cf.Message(role="user", content="huge " * 900),
     )
-    request = cf.SummaryRequest(messages=msgs, instructions="Summarize.")
+    request = SummaryRequest(messages=msgs, instructions="Summarize.")
     parts = split_request(request, 200, counter)
     for part in parts:
         assert not cf.validate(part.messages) or part.messages[0].role != "tool"
@@ -246,7 +250,7 @@ def test_a_group_never_splits_across_parts_unless_alone_too_big(counter: cf.Toke
 
 
 def test_verification_appends_missing_identifiers_under_data() -> None:
-    s = cf.ScriptedSummarizer([SUMMARY])
+    s = ScriptedSummarizer([SUMMARY])
     service = _service(s)
     request = _request(
         "Rebook HAT001 for mia_li_3668 on 2024-05-20; refund $120.50 to card credit_card_4421"
@@ -293,7 +297,7 @@ def test_verification_stays_within_the_size_hint_and_says_what_did_not_fit(
 ) -> None:
     ids = [f"ORD-{10_000 + i}" for i in range(200)]
     request = _request("Orders: " + ", ".join(ids), max_tokens=120)
-    service = _service(cf.ScriptedSummarizer(["TASK: orders\nDATA:\n- ORD-10000"]),
+    service = _service(ScriptedSummarizer(["TASK: orders\nDATA:\n- ORD-10000"]),
                        counter=counter)
     reply = service.answer(request)
     assert reply.text is not None and counter.count_text(reply.text) <= 120

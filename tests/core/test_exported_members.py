@@ -1,12 +1,22 @@
-"""The public API is pinned: one flat, sorted ``__all__`` at the package root (httpx style)."""
+"""The public API is pinned: one flat, sorted ``__all__`` at the package root (httpx style),
+and one for each public module, each by who needs it."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import re
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import contextfold as cf
+
+PUBLIC_MODULES = ["contextfold", "contextfold.policy", "contextfold.stores",
+                  "contextfold.errors", "contextfold.testing", "contextfold.prompts",
+                  "contextfold.integration"]
+REPO = Path(__file__).resolve().parents[2]
 
 # The names DESIGN.md promises to outside users; they must stay importable from the root.
 CONTRACT = [
@@ -24,14 +34,34 @@ def _isort_key(name: str) -> tuple[int, str]:
     return group, name
 
 
-def test_all_is_sorted_and_unique() -> None:
-    assert cf.__all__ == sorted(cf.__all__, key=_isort_key)
-    assert len(set(cf.__all__)) == len(cf.__all__)
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(name)
 
 
-def test_every_exported_name_resolves() -> None:
-    missing = [name for name in cf.__all__ if not hasattr(cf, name)]
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_all_is_sorted_and_unique(name: str) -> None:
+    exported = _module(name).__all__
+    assert exported == sorted(exported, key=_isort_key)
+    assert len(set(exported)) == len(exported)
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_every_exported_name_resolves(name: str) -> None:
+    module = _module(name)
+    missing = [n for n in module.__all__ if getattr(module, n, None) is None]
     assert missing == []
+
+
+def test_the_root_stays_small() -> None:
+    assert len(cf.__all__) <= 45
+
+
+def test_adapters_recipes_and_benchmarks_use_public_names_only() -> None:
+    private = re.compile(r"\bcontextfold(\.[a-z]+)*\._[a-z]")
+    found = [f"{path.relative_to(REPO)}:{n}" for top in ("integrations", "cookbook", "benchmarks")
+             for path in (REPO / top).rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if private.search(line)]
+    assert found == []
 
 
 def test_every_public_class_and_function_is_exported() -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 
 import contextfold as cf
+from contextfold.policy import OpaquePart
 from contextfold.testing import histories
 
 
@@ -26,7 +27,7 @@ def test_metadata_is_read_only_and_detached_from_the_callers_dict() -> None:
     assert m.metadata["importance"] == 0.5
     with pytest.raises(TypeError):
         m.metadata["pinned"] = True  # type: ignore[index]
-    part = cf.OpaquePart(kind="audio", data={"a": 1})
+    part = OpaquePart(kind="audio", data={"a": 1})
     with pytest.raises(TypeError):
         part.data["a"] = 2  # type: ignore[index]
 

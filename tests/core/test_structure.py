@@ -8,6 +8,7 @@ from hypothesis import given
 
 import contextfold as cf
 from contextfold._messages.structure import is_prompt, leading_system_count
+from contextfold.policy import split_groups, split_turns, tool_loops
 from contextfold.testing import histories
 
 SYS = cf.Message(role="system", content="rules")
@@ -25,45 +26,45 @@ def result(call_id: str) -> cf.Message:
 
 def test_groups_of_a_small_history() -> None:
     seq = [SYS, USER, call("a", "b"), result("a"), result("b"), ANSWER, USER]
-    groups = cf.split_groups(seq)
+    groups = split_groups(seq)
     assert [(g.start, g.end) for g in groups] == [(0, 1), (1, 2), (2, 5), (5, 6), (6, 7)]
     loop = groups[2]
     assert loop.is_tool_loop and loop.head is seq[2] and len(loop) == 3
     assert loop.messages == tuple(seq[2:5])
     assert not groups[1].is_tool_loop
-    assert cf.split_groups(seq, start=2)[0].start == 2
+    assert split_groups(seq, start=2)[0].start == 2
 
 
 def test_orphan_result_is_a_group_of_its_own() -> None:
     seq = [USER, result("x"), ANSWER]
-    assert [(g.start, g.end) for g in cf.split_groups(seq)] == [(0, 1), (1, 2), (2, 3)]
+    assert [(g.start, g.end) for g in split_groups(seq)] == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_turns_start_at_user_prompts() -> None:
     seq = [SYS, USER, call("a"), result("a"), ANSWER, USER, ANSWER]
-    turns = cf.split_turns(seq)
+    turns = split_turns(seq)
     assert [(t.start, t.end) for t in turns] == [(1, 5), (5, 7)]
     assert turns[0].prompt is seq[1]
     assert [len(t.groups) for t in turns] == [3, 2]
 
 
 def test_a_greeting_before_the_first_prompt_is_a_turn_without_prompt() -> None:
-    turns = cf.split_turns([SYS, ANSWER, USER, ANSWER])
+    turns = split_turns([SYS, ANSWER, USER, ANSWER])
     assert [(t.start, t.end) for t in turns] == [(1, 2), (2, 4)]
     assert turns[0].prompt is None and turns[1].prompt is not None
 
 
 def test_tool_loops_and_system_count() -> None:
     seq = [SYS, SYS, USER, call("a"), result("a"), call("b"), result("b"), ANSWER]
-    assert [(g.start, g.end) for g in cf.tool_loops(seq)] == [(3, 5), (5, 7)]
+    assert [(g.start, g.end) for g in tool_loops(seq)] == [(3, 5), (5, 7)]
     assert leading_system_count(seq) == 2
     assert leading_system_count([USER, SYS]) == 0
-    assert cf.split_turns([SYS]) == []
+    assert split_turns([SYS]) == []
 
 
 @given(histories(max_turns=6, max_tool_chars=300))
 def test_groups_partition_and_never_split_a_pair(history: list[cf.Message]) -> None:
-    groups = cf.split_groups(history)
+    groups = split_groups(history)
     assert [m for g in groups for m in g.messages] == history
     assert all(a.end == b.start for a, b in pairwise(groups))
     for g in groups:
@@ -74,12 +75,12 @@ def test_groups_partition_and_never_split_a_pair(history: list[cf.Message]) -> N
             assert sorted(results) == sorted(calls)  # every call answered inside its group
         else:
             assert len(g) == 1 and g.head.role != "tool"
-    assert cf.tool_loops(history) == [g for g in groups if g.is_tool_loop]
+    assert tool_loops(history) == [g for g in groups if g.is_tool_loop]
 
 
 @given(histories(max_turns=6, max_tool_chars=300))
 def test_turns_cover_the_conversation(history: list[cf.Message]) -> None:
-    turns = cf.split_turns(history)
+    turns = split_turns(history)
     lead = leading_system_count(history)
     assert [m for t in turns for g in t.groups for m in g.messages] == history[lead:]
     assert [t.start for t in turns] == [i for i, m in enumerate(history) if is_prompt(m)]
@@ -89,7 +90,7 @@ def test_turns_cover_the_conversation(history: list[cf.Message]) -> None:
 
 @given(histories(imperfect=True, max_turns=4, max_tool_chars=300))
 def test_structure_of_imperfect_histories_still_partitions(history: list[cf.Message]) -> None:
-    groups = cf.split_groups(history)
+    groups = split_groups(history)
     assert [m for g in groups for m in g.messages] == history
-    turns = cf.split_turns(history)
+    turns = split_turns(history)
     assert sum(t.end - t.start for t in turns) == len(history) - leading_system_count(history)

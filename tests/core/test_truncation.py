@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.policy import CompactionContext
+from contextfold.errors import ConfigurationError
+from contextfold.policy import CompactionContext, PolicyOutcome, split_groups
 from contextfold.testing import assert_valid_within, histories
 
 STRATEGIES = ("oldest_first", "middle_out")
@@ -45,7 +46,7 @@ def run(
     budget: cf.Budget,
     counter: cf.TokenCounter,
     **kw: object,
-) -> cf.PolicyOutcome:
+) -> PolicyOutcome:
     context = CompactionContext(budget=budget, counter=counter, **kw)  # type: ignore[arg-type]
     return policy.apply(messages, context)
 
@@ -59,7 +60,7 @@ def exact_budget(counter: cf.TokenCounter, messages: Sequence[cf.Message]) -> cf
 
 
 def test_unknown_strategy_is_rejected_on_construction() -> None:
-    with pytest.raises(cf.ConfigurationError, match="strategy must be 'oldest_first' or"):
+    with pytest.raises(ConfigurationError, match="strategy must be 'oldest_first' or"):
         cf.TruncationPolicy("newest_first")  # type: ignore[arg-type]
 
 
@@ -271,7 +272,7 @@ def check_shape(history: list[cf.Message], out: Sequence[cf.Message]) -> None:
         (i for i, m in enumerate(history) if m.role not in ("system", "developer")), len(history)
     )
     assert list(out[:n_sys]) == history[:n_sys]
-    groups = cf.split_groups(history, n_sys)
+    groups = split_groups(history, n_sys)
     if groups:
         last = groups[-1]
         assert ids(out[len(out) - len(last) :]) == ids(last.messages)
@@ -379,6 +380,6 @@ def test_groups_are_drawn_as_split_groups_draws_them(history: list[cf.Message]) 
 
     counter = cf.EstimatingCounter(4.0)
     layout = _layout(history, counter)
-    groups = cf.split_groups(history, layout.n_sys)
+    groups = split_groups(history, layout.n_sys)
     assert layout.bounds == [g.start for g in groups] + [len(history)]
     assert layout.sizes == [sum(map(counter.count_message, g.messages)) for g in groups]

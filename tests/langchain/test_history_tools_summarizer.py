@@ -14,6 +14,8 @@ from lc_fakes import COUNTER, ToolCallingFakeModel, big_result, tool_round
 from pydantic import Field
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError, SummarizerError
+from contextfold.policy import SummaryRequest
 from contextfold.testing import assert_valid_within
 from langchain_contextfold import (
     SEARCH_GUIDANCE,
@@ -72,7 +74,7 @@ def test_history_in_the_store_alone() -> None:
 
 
 def test_history_needs_somewhere_to_keep_messages() -> None:
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         CompactingChatMessageHistory(policy=cf.ThresholdPolicy(), budget=BUDGET)
 
 
@@ -131,8 +133,8 @@ def test_search_tools_find_what_compaction_hid() -> None:
 # -- summarizer -------------------------------------------------------------------------
 
 
-def request(instructions: str = "Summarize: TASK, PROGRESS.") -> cf.SummaryRequest:
-    return cf.SummaryRequest(messages=tuple(to_core(conversation(2))),
+def request(instructions: str = "Summarize: TASK, PROGRESS.") -> SummaryRequest:
+    return SummaryRequest(messages=tuple(to_core(conversation(2))),
                              instructions=instructions, max_tokens=300, purpose="threshold")
 
 
@@ -166,7 +168,7 @@ def test_chat_model_summarizer_failures_are_raised_not_returned(reply: Any) -> N
                 raise reply
             return AIMessage(reply)
 
-    with pytest.raises(cf.SummarizerError):
+    with pytest.raises(SummarizerError):
         ChatModelSummarizer(Failing(messages=iter([]))).summarize(request())
 
 

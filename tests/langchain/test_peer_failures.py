@@ -24,7 +24,7 @@ from langchain_core.tools import tool
 from lc_fakes import COUNTER, ToolCallingFakeModel, big_result
 
 import contextfold as cf
-from contextfold.testing import assert_valid_within, histories
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories
 from langchain_contextfold import CompactionMiddleware, from_core, to_core, with_compaction
 
 BUDGET = cf.Budget(context_window=6_000, output_reserve=1_000)
@@ -83,7 +83,7 @@ def test_no_orphan_when_results_of_different_ai_messages_sit_together() -> None:
 
 
 def test_a_failed_summary_never_deletes_history_or_becomes_the_summary() -> None:
-    failing = cf.ScriptedSummarizer(default=lambda request: (_ for _ in ()).throw(
+    failing = ScriptedSummarizer(default=lambda request: (_ for _ in ()).throw(
         RuntimeError("summary backend down: HTTP 503")))
     history: list[BaseMessage] = [SystemMessage("You research."), HumanMessage("Go")]
     for i in range(8):

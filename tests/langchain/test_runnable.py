@@ -16,6 +16,9 @@ from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_ro
 from pydantic import BaseModel
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError
+from contextfold.policy import SummaryRequest
+from contextfold.testing import ScriptedSummarizer
 from langchain_contextfold import (
     COMPACTION_EVENT,
     IDLE_EVENT,
@@ -96,13 +99,13 @@ def test_chains_and_bound_models_are_wrapped_inside() -> None:
 
 
 def test_configuration_errors() -> None:
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         with_compaction(ChatPromptTemplate.from_messages([("human", "x")]),
                         policy=cf.ThresholdPolicy(), budget=BUDGET)
     model = with_compaction(ToolCallingFakeModel(), policy=cf.ThresholdPolicy(), budget=BUDGET)
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         with_compaction(model, policy=cf.ThresholdPolicy(), budget=BUDGET)
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         with_compaction(ToolCallingFakeModel(), policy=cf.ThresholdPolicy(), budget=16_000)
 
 
@@ -304,12 +307,12 @@ def _task(i: int) -> list[BaseMessage]:
 async def test_concurrent_calls_on_one_conversation_never_mix_histories() -> None:
     """batch/abatch without thread ids share the default conversation: each request must
     still be built from its own input only."""
-    def slow(request: cf.SummaryRequest) -> str:
+    def slow(request: SummaryRequest) -> str:
         time.sleep(0.005)  # lets another call run in the middle of this compaction
         return "summary of " + request.messages[0].text
 
     fake = ToolCallingFakeModel(rounds=1000, check_sequence=False)
-    model = wrapped(fake, summarizer=cf.ScriptedSummarizer(default=slow))
+    model = wrapped(fake, summarizer=ScriptedSummarizer(default=slow))
     inputs = [_task(i) for i in range(8)]
     model.batch(inputs, config={"max_concurrency": 8})
     await model.abatch(inputs)

@@ -16,7 +16,9 @@ from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.memory import ChatMemoryBuffer
 
 import contextfold as cf
-from contextfold.testing import histories
+from contextfold.errors import ConfigurationError
+from contextfold.policy import SummaryRequest
+from contextfold.testing import ScriptedSummarizer, histories
 from llama_index.memory.contextfold import (
     CompactingMemory,
     from_llama_index,
@@ -128,7 +130,7 @@ def test_initial_token_count_and_system_prompt_are_reserved() -> None:
     assert len(view) < len(history)  # the reserved tokens pushed it over the trigger
     system_tokens = COUNTER.count_message(cf.Message("system", system))
     _assert_view(view, fixed=150 + system_tokens)
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         memory.get(initial_token_count=-1)
 
 
@@ -237,7 +239,7 @@ def test_get_is_not_quadratic() -> None:
 
 
 def test_a_failing_summarizer_loses_nothing() -> None:
-    summarizer = cf.ScriptedSummarizer(default=_raise)
+    summarizer = ScriptedSummarizer(default=_raise)
     memory = _memory(summarizer=summarizer, retry=cf.RetryPolicy(max_attempts=2, base_delay=0))
     history = _turns(40)
     for message in history:
@@ -250,7 +252,7 @@ def test_a_failing_summarizer_loses_nothing() -> None:
     ]
 
 
-def _raise(request: cf.SummaryRequest) -> str:
+def _raise(request: SummaryRequest) -> str:
     raise RuntimeError("summarizer down")
 
 
@@ -309,7 +311,7 @@ def test_sqlite_store_by_name_and_path(tmp_path: Any, monkeypatch: Any) -> None:
     assert (tmp_path / "history.db").exists()
     memory.close()
     reopened.close()
-    with pytest.raises(cf.ConfigurationError, match="store must be"):
+    with pytest.raises(ConfigurationError, match="store must be"):
         _memory(store="redis://nowhere")
 
 

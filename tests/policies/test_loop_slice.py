@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._policies.prompt_source import FIRM, GENTLE, prompt_kind
+from contextfold.errors import ConfigurationError
+from contextfold.policy import CompactionContext, ConversationState, NudgeConfig, tool_loops
+from contextfold.prompts import TemporalContext
 from contextfold.testing import assert_valid_within, histories
 
 M, TC = cf.Message, cf.ToolCall
@@ -28,9 +31,9 @@ def loop(call_id: str, *results: str, name: str = "get_status") -> list[cf.Messa
 def run(messages, policy=None, budget=BIG, counter=None, state=None, store=None, conv=None):
     """One policy run outside the driver, so tests can look at the outcome and the state."""
     policy = policy or cf.LoopSlicePolicy()
-    context = cf.CompactionContext(
+    context = CompactionContext(
         budget=budget, counter=counter or cf.EstimatingCounter(4.0), now=NOW,
-        state=state if state is not None else cf.ConversationState(), store=store,
+        state=state if state is not None else ConversationState(), store=store,
         conversation_id=conv,
     )
     outcome = policy.apply(messages, context)
@@ -106,7 +109,7 @@ def test_broadcast_outside_the_window_is_found_in_the_history():
     mission = M("user", "Explore the universe!", source="broadcast", sender_id="")
     work = [m for k in range(8) for m in (*loop(f"c{k}", f"r{k}"), M("assistant", f"step {k}"))]
     history = [M("system", "s"), mission, *work]
-    outcome, state = run(history, state=cf.ConversationState(encouragement_count=2))
+    outcome, state = run(history, state=ConversationState(encouragement_count=2))
     assert outcome.messages[1] is mission
     assert outcome.details["prompt_origin"] == "history"
     assert state.encouragement_count == 0
@@ -129,7 +132,7 @@ def test_window_size_is_configurable():
 
 def test_nudge_is_synthetic_escalates_and_keeps_the_latest_loop():
     history = [M("system", "s"), *loop("a", "r1"), *loop("b", "r2")]
-    state = cf.ConversationState()
+    state = ConversationState()
     first, _ = run(history, state=state)
     second, _ = run(history, state=state)
     nudge = first.messages[1]
@@ -141,7 +144,7 @@ def test_nudge_is_synthetic_escalates_and_keeps_the_latest_loop():
 
 
 def test_search_guidance_and_custom_texts():
-    nudges = cf.NudgeConfig(texts=("Keep going.",), search_guidance="Search your memory.")
+    nudges = NudgeConfig(texts=("Keep going.",), search_guidance="Search your memory.")
     policy = cf.LoopSlicePolicy(nudges=nudges, include_search_guidance=True)
     outcome, _ = run([M("system", "s")], policy)
     assert outcome.messages[1].text == "Keep going.\nSearch your memory."
@@ -188,7 +191,7 @@ def test_budget_error_only_when_system_and_prompt_do_not_fit(counter):
 
 def test_temporal_context_refreshes_the_date_line():
     history = [M("system", "s"), M("user", "go"), *loop("a", "r")]
-    policy = cf.LoopSlicePolicy(temporal=cf.TemporalContext(tz=timezone.utc))
+    policy = cf.LoopSlicePolicy(temporal=TemporalContext(tz=timezone.utc))
     outcome, _ = run(history, policy)
     assert outcome.messages[0].text == "s\n\nCurrent date: 2026-01-13, Current time: 14:30 (UTC)"
 
@@ -198,15 +201,15 @@ def test_temporal_context_refreshes_the_date_line():
     [{"max_context_messages": 0}, {"max_context_messages": 2.5}, {"selection": "newest"}],
 )
 def test_bad_configuration_fails_at_construction(kwargs):
-    with pytest.raises(cf.ConfigurationError):
+    with pytest.raises(ConfigurationError):
         cf.LoopSlicePolicy(**kwargs)
 
 
 def test_bad_nudge_configuration_fails_at_construction():
-    with pytest.raises(cf.ConfigurationError, match="max_encouragements"):
-        cf.NudgeConfig(max_encouragements=0)
-    with pytest.raises(cf.ConfigurationError):
-        cf.NudgeConfig(texts=())
+    with pytest.raises(ConfigurationError, match="max_encouragements"):
+        NudgeConfig(max_encouragements=0)
+    with pytest.raises(ConfigurationError):
+        NudgeConfig(texts=())
 
 
 # -- invariants -------------------------------------------------------------------------
@@ -252,8 +255,8 @@ def test_output_is_a_valid_slice_within_budget(counter, messages, window, scan):
 
 
 def test_a_failed_run_leaves_the_counter_as_it_was(counter):
-    state = cf.ConversationState(encouragement_count=2)
-    context = cf.CompactionContext(budget=cf.Budget(context_window=200), counter=counter,
+    state = ConversationState(encouragement_count=2)
+    context = CompactionContext(budget=cf.Budget(context_window=200), counter=counter,
                                    state=state)
     with pytest.raises(cf.BudgetExceededError):
         cf.LoopSlicePolicy().apply([M("system", "rule " * 400), *loop("a", "r")], context)
@@ -265,7 +268,7 @@ def test_the_loop_is_the_latest_one_and_unchanged_when_it_fits(counter, messages
     result = cf.compact(messages, policy=cf.LoopSlicePolicy(max_context_messages=10_000),
                         budget=BIG, counter=counter)
     out = result.messages
-    loops = cf.tool_loops(messages)
+    loops = tool_loops(messages)
     kept = [m for m in out if m.tool_calls]
     if kept:
         assert kept[0] is loops[-1].head

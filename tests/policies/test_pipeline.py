@@ -10,12 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.testing import assert_valid_within, histories
+from contextfold.errors import ConfigurationError
+from contextfold.policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 SHOT = cf.ImagePart(url="data:image/png;base64,AAAA", width=2048, height=2048)
 
 
-class Recorder(cf.SimplePolicy):
+class Recorder(SimplePolicy):
     """A pass that records what it saw and changes nothing."""
 
     def __init__(self, name: str) -> None:
@@ -23,24 +25,24 @@ class Recorder(cf.SimplePolicy):
         self.seen: list[Sequence[cf.Message]] = []
         self.known: list[int | None] = []
 
-    def apply(self, messages: Sequence[cf.Message], context: cf.CompactionContext
-              ) -> cf.PolicyOutcome:
+    def apply(self, messages: Sequence[cf.Message], context: CompactionContext
+              ) -> PolicyOutcome:
         self.seen.append(messages)
         self.known.append(context.known_tokens)
-        return cf.PolicyOutcome(messages=messages)
+        return PolicyOutcome(messages=messages)
 
 
-class Shout(cf.SimplePolicy):
+class Shout(SimplePolicy):
     """A pass that upper-cases the last message."""
 
     name = "shout"
 
-    def apply(self, messages: Sequence[cf.Message], context: cf.CompactionContext
-              ) -> cf.PolicyOutcome:
+    def apply(self, messages: Sequence[cf.Message], context: CompactionContext
+              ) -> PolicyOutcome:
         last = messages[-1]
         out = [*messages[:-1], replace(last, content=last.text.upper())]
-        target = cf.Target(len(messages) - 1, last.role, "shouted", 1, 1)
-        return cf.PolicyOutcome(messages=out, method="shout", targets=(target,))
+        target = Target(len(messages) - 1, last.role, "shouted", 1, 1)
+        return PolicyOutcome(messages=out, method="shout", targets=(target,))
 
 
 def screenshot_history(steps: int = 12, image: cf.ImagePart = SHOT) -> list[cf.Message]:
@@ -59,7 +61,7 @@ def screenshot_history(steps: int = 12, image: cf.ImagePart = SHOT) -> list[cf.M
 def test_each_pass_sees_the_previous_output(counter: cf.TokenCounter) -> None:
     first, last = Recorder("first"), Recorder("last")
     history = [cf.Message(role="user", content="hello")]
-    context = cf.CompactionContext(budget=cf.Budget(context_window=1_000), counter=counter)
+    context = CompactionContext(budget=cf.Budget(context_window=1_000), counter=counter)
     result = cf.compact(history, policy=cf.Pipeline(first, Shout(), last),
                         budget=context.budget, counter=counter)
     assert first.seen[0] == history
@@ -70,12 +72,11 @@ def test_each_pass_sees_the_previous_output(counter: cf.TokenCounter) -> None:
 
 def test_nothing_changed_gives_back_the_input(counter: cf.TokenCounter) -> None:
     history = [cf.Message(role="user", content="hello")]
-    context = cf.CompactionContext(budget=cf.Budget(context_window=1_000), counter=counter)
-    run = cf.Pipeline(Recorder("a"), cf.ThresholdPolicy()).run(history, context)
-    with pytest.raises(StopIteration) as stop:
-        next(run)
-    assert stop.value.value.messages is history
-    assert stop.value.value.method == "none"
+    context = CompactionContext(budget=cf.Budget(context_window=1_000), counter=counter)
+    outcome, requests = run_policy(cf.Pipeline(Recorder("a"), cf.ThresholdPolicy()), history,
+                                   context)
+    assert requests == [] and outcome.messages is history
+    assert outcome.method == "none"
 
 
 @pytest.mark.parametrize(("detail", "expected"), [
@@ -86,7 +87,7 @@ def test_strip_then_threshold(counter: cf.TokenCounter, detail: str, expected: s
     history = screenshot_history(image=replace(SHOT, detail=detail))
     size = counter.count_messages(history)
     budget = cf.Budget(context_window=int(size / 0.9))
-    summarizer = cf.ScriptedSummarizer(default="TASK: fill forms\nPROGRESS: 12 pages")
+    summarizer = ScriptedSummarizer(default="TASK: fill forms\nPROGRESS: 12 pages")
     pipeline = cf.Pipeline(cf.StripImagesPass(), cf.ThresholdPolicy())
     assert pipeline.name == "pipeline(strip_images+threshold)"
     result = cf.compact(history, policy=pipeline, budget=budget, counter=counter,
@@ -114,9 +115,9 @@ def test_known_tokens_are_lowered_by_what_earlier_passes_saved(counter: cf.Token
 
 
 def test_pipeline_needs_policies() -> None:
-    with pytest.raises(cf.ConfigurationError, match="at least one pass"):
+    with pytest.raises(ConfigurationError, match="at least one pass"):
         cf.Pipeline()
-    with pytest.raises(cf.ConfigurationError, match="must be policies"):
+    with pytest.raises(ConfigurationError, match="must be policies"):
         cf.Pipeline(object())  # type: ignore[arg-type]
 
 
@@ -129,7 +130,7 @@ def test_pipeline_output_is_valid_within_budget(
     pipeline = cf.Pipeline(cf.StripImagesPass(), cf.ThresholdPolicy())
     try:
         result = cf.compact(history, policy=pipeline, budget=budget, counter=counter,
-                            summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+                            summarizer=ScriptedSummarizer(default="TASK: t"))
     except cf.BudgetExceededError as exc:
         assert exc.needed > exc.available
         return

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError
+from contextfold.prompts import PromptLoader, TemporalContext, session_started_marker
 from contextfold.prompts._loader import environment_facts
 
 NOW = datetime(2026, 1, 13, 14, 30, tzinfo=timezone.utc)
@@ -19,7 +21,7 @@ def test_personal_first_existing_wins_and_project_by_name(tmp_path):
         d.mkdir()
     (shipped / "AGENTS.md").write_text("Package defaults.\n")
     (project / "NEXUS.md").write_text("Use pytest.\n")
-    loader = cf.PromptLoader([home / "AGENTS.md", shipped / "AGENTS.md"], "NEXUS.md",
+    loader = PromptLoader([home / "AGENTS.md", shipped / "AGENTS.md"], "NEXUS.md",
                              cwd=project, tz=UTC)
     loaded = loader.load(now=NOW)
     assert loaded.personal_path == shipped / "AGENTS.md"
@@ -36,7 +38,7 @@ def test_personal_first_existing_wins_and_project_by_name(tmp_path):
 
 
 def test_missing_layers_are_skipped(tmp_path):
-    loaded = cf.PromptLoader([tmp_path / "nope.md"], project=None, mode="server",
+    loaded = PromptLoader([tmp_path / "nope.md"], project=None, mode="server",
                              cwd=tmp_path).load(now=NOW)
     assert (loaded.personal_path, loaded.project_path) == (None, None)
     assert loaded.content.startswith("# Environment\n")
@@ -54,19 +56,19 @@ def test_terminal_is_shown_in_repl_mode(monkeypatch, tmp_path):
 def test_absolute_project_path_and_no_environment(tmp_path):
     path = tmp_path / "team.md"
     path.write_text("Team rules.")
-    loaded = cf.PromptLoader(project=path, environment=False).load()
+    loaded = PromptLoader(project=path, environment=False).load()
     assert loaded.content == "# Project Configuration\nTeam rules."
 
 
 def test_unknown_mode_fails_at_construction():
-    with pytest.raises(cf.ConfigurationError, match="mode"):
-        cf.PromptLoader(mode="daemon")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="mode"):
+        PromptLoader(mode="daemon")  # type: ignore[arg-type]
 
 
 def test_temporal_context_replaces_the_date_line_on_every_build(counter):
-    loaded = cf.PromptLoader(project=None, tz=UTC).load(now=NOW)
+    loaded = PromptLoader(project=None, tz=UTC).load(now=NOW)
     history = [cf.Message("system", loaded.content), cf.Message("user", "hi")]
-    temporal = cf.TemporalContext(tz=UTC)
+    temporal = TemporalContext(tz=UTC)
     later = NOW + timedelta(hours=3, minutes=5)
     out = cf.compact(history, policy=temporal, budget=cf.Budget(context_window=10_000),
                      counter=counter, now=later).messages
@@ -80,7 +82,7 @@ def test_temporal_context_replaces_the_date_line_on_every_build(counter):
 
 
 def test_temporal_context_adds_a_line_or_a_system_message():
-    temporal = cf.TemporalContext(tz=UTC)
+    temporal = TemporalContext(tz=UTC)
     plain = [cf.Message("system", "Be brief."), cf.Message("user", "hi")]
     assert temporal.inject(plain, NOW)[0].text == (
         "Be brief.\n\nCurrent date: 2026-01-13, Current time: 14:30 (UTC)"
@@ -91,19 +93,19 @@ def test_temporal_context_adds_a_line_or_a_system_message():
 
 
 def test_session_marker_is_a_non_prompt_system_message():
-    marker = cf.session_started_marker(NOW, tz=UTC)
+    marker = session_started_marker(NOW, tz=UTC)
     assert marker.text == "[Session started: 2026-01-13 14:30 (UTC)]"
     assert (marker.role, marker.source) == ("system", "session")
-    local = cf.session_started_marker(NOW)
+    local = session_started_marker(NOW)
     assert local.text.endswith("(local)]")
 
 
 def test_session_marker_survives_loop_slice_and_temporal_skips_it(counter):
     system = cf.Message("system", "You are a mysis.")
-    marker = cf.session_started_marker(NOW, tz=UTC)
+    marker = session_started_marker(NOW, tz=UTC)
     history = [system, marker, cf.Message("user", "go")]
     history += [cf.Message("assistant", f"step {k}") for k in range(30)]
-    policy = cf.LoopSlicePolicy(temporal=cf.TemporalContext(tz=UTC))
+    policy = cf.LoopSlicePolicy(temporal=TemporalContext(tz=UTC))
     out = cf.compact(history, policy=policy, budget=cf.Budget(context_window=10_000),
                      counter=counter, now=NOW).messages
     assert out[1] is marker

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._policies.summary import SUMMARY_PREFIX
-from contextfold.testing import assert_valid_within, histories
+from contextfold.errors import ConfigurationError
+from contextfold.policy import CompactionContext, SummaryReply, SummaryRequest
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 M, TC = cf.Message, cf.ToolCall
 NOW = datetime(2026, 1, 13, 14, 30, tzinfo=timezone.utc)
@@ -31,26 +33,18 @@ def history(turns: int = 10, size: int = 400) -> list[cf.Message]:
 
 def drive(policy, messages, context, reply):
     """Run the policy's generator, answering each request with ``reply(request)``."""
-    requests = []
-    gen = policy.run(messages, context)
-    try:
-        request = next(gen)
-        while True:
-            requests.append(request)
-            request = gen.send(reply(request))
-    except StopIteration as stop:
-        return stop.value, requests
+    return run_policy(policy, messages, context, reply=reply)
 
 
 def context_for(messages, counter, window=None, force=False):
     window = window or int(counter.count_messages(messages) * 1.1)
-    return cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+    return CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
                                 force=force, now=NOW)
 
 
 def test_below_the_trigger_returns_the_input_itself(counter):
     msgs = history(3)
-    summarizer = cf.ScriptedSummarizer(default="never")
+    summarizer = ScriptedSummarizer(default="never")
     result = cf.compact(msgs, policy=cf.SummaryPolicy(), summarizer=summarizer,
                         budget=cf.Budget(context_window=100_000), counter=counter)
     assert result.messages is msgs
@@ -61,7 +55,7 @@ def test_one_request_for_the_older_part_and_a_stamped_summary(counter):
     msgs = history(10)
     context = context_for(msgs, counter)
     policy = cf.SummaryPolicy(tz=timezone.utc)
-    outcome, requests = drive(policy, msgs, context, lambda r: cf.SummaryReply("The summary."))
+    outcome, requests = drive(policy, msgs, context, lambda r: SummaryReply("The summary."))
     assert len(requests) == 1 and requests[0].purpose == "summary"
     out = list(outcome.messages)
     summary = out[1]
@@ -80,7 +74,7 @@ def test_groups_are_never_split_and_the_last_group_is_always_kept(counter):
     msgs = [M("user", "go"), *loop("a", "x " * 50), *loop("b", "y " * 3000)]
     context = context_for(msgs, counter, window=counter.count_messages(msgs) + 400,
                           force=True)
-    outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: cf.SummaryReply("s"))
+    outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
     assert list(requests[0].messages) == msgs[:3]
     assert list(outcome.messages[1:]) == msgs[3:]
 
@@ -89,17 +83,17 @@ def test_force_compacts_below_the_trigger(counter):
     msgs = history(6)
     window = counter.count_messages(msgs) * 2  # at 50%: below the 75% trigger
     outcome, requests = drive(cf.SummaryPolicy(), msgs, context_for(msgs, counter, window),
-                              lambda r: cf.SummaryReply("s"))
+                              lambda r: SummaryReply("s"))
     assert requests == [] and outcome.messages is msgs
     context = context_for(msgs, counter, window=window, force=True)
-    outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: cf.SummaryReply("s"))
+    outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
     assert len(requests) == 1 and outcome.method == "summary"
 
 
 def test_reload_system_prompt_on_compaction(counter):
     msgs = history(10)
     policy = cf.SummaryPolicy(reload_system_prompt=lambda: "Fresh prompt.")
-    outcome, _ = drive(policy, msgs, context_for(msgs, counter), lambda r: cf.SummaryReply("s"))
+    outcome, _ = drive(policy, msgs, context_for(msgs, counter), lambda r: SummaryReply("s"))
     assert outcome.messages[0].text == "Fresh prompt."
     assert outcome.messages[0].id == msgs[0].id
     assert "system prompt reloaded" in outcome.notes
@@ -108,7 +102,7 @@ def test_reload_system_prompt_on_compaction(counter):
         raise OSError("NEXUS.md vanished")
 
     outcome, _ = drive(cf.SummaryPolicy(reload_system_prompt=broken), msgs,
-                       context_for(msgs, counter), lambda r: cf.SummaryReply("s"))
+                       context_for(msgs, counter), lambda r: SummaryReply("s"))
     assert outcome.messages[0] is msgs[0]
     assert any("reload failed" in n and "NEXUS.md vanished" in n for n in outcome.notes)
 
@@ -117,7 +111,7 @@ def test_pinned_older_messages_stay_verbatim(counter):
     msgs = history(10)
     msgs[5] = M("user", "task 1 (pinned)", metadata={"pinned": True})
     outcome, requests = drive(cf.SummaryPolicy(), msgs, context_for(msgs, counter),
-                              lambda r: cf.SummaryReply("s"))
+                              lambda r: SummaryReply("s"))
     assert msgs[5] not in requests[0].messages
     assert outcome.messages[2] is msgs[5]
 
@@ -126,7 +120,7 @@ def test_failed_summary_keeps_the_newest_groups_and_says_so(counter):
     msgs = history(10)
     context = context_for(msgs, counter)
     outcome, _ = drive(cf.SummaryPolicy(), msgs, context,
-                       lambda r: cf.SummaryReply(None, origin="failed", error="TimeoutError"))
+                       lambda r: SummaryReply(None, origin="failed", error="TimeoutError"))
     out = list(outcome.messages)
     assert out[1].text.startswith("[CONTEXT NOTICE]")
     dropped = [t for t in outcome.targets if t.method == "dropped"]
@@ -140,7 +134,7 @@ def test_an_oversized_summary_is_cut_to_fit(counter):
     msgs = history(10)
     context = context_for(msgs, counter)
     huge = "fact " * 20_000
-    outcome, _ = drive(cf.SummaryPolicy(), msgs, context, lambda r: cf.SummaryReply(huge))
+    outcome, _ = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply(huge))
     out = list(outcome.messages)
     assert out[1].text.startswith(SUMMARY_PREFIX)
     assert "[TRUNCATED" in out[1].text
@@ -149,7 +143,7 @@ def test_an_oversized_summary_is_cut_to_fit(counter):
 
 def test_through_compact_with_a_scripted_summarizer(counter):
     msgs = history(10)
-    summarizer = cf.ScriptedSummarizer(["Tasks 0-7 done."], max_input_tokens=10**9)
+    summarizer = ScriptedSummarizer(["Tasks 0-7 done."], max_input_tokens=10**9)
     budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 1.1))
     result = cf.compact(msgs, policy=cf.SummaryPolicy(), summarizer=summarizer, budget=budget,
                         counter=counter, now=NOW)
@@ -161,7 +155,7 @@ def test_through_compact_with_a_scripted_summarizer(counter):
 
 @pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.1])
 def test_bad_ratio_fails_at_construction(ratio):
-    with pytest.raises(cf.ConfigurationError, match="recent_preserve_ratio"):
+    with pytest.raises(ConfigurationError, match="recent_preserve_ratio"):
         cf.SummaryPolicy(recent_preserve_ratio=ratio)
 
 
@@ -185,13 +179,13 @@ _ALLOWED = {
 )
 def test_valid_within_budget(counter, messages, window, summary_chars, ratio, force):
     view = cf.repair(messages)[0]
-    context = cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+    context = CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
                                    force=force, now=NOW)
 
-    def reply(request: cf.SummaryRequest) -> cf.SummaryReply:
+    def reply(request: SummaryRequest) -> SummaryReply:
         if summary_chars is None:
-            return cf.SummaryReply(None, origin="failed", error="down")
-        return cf.SummaryReply("s" * summary_chars)
+            return SummaryReply(None, origin="failed", error="down")
+        return SummaryReply("s" * summary_chars)
 
     try:
         outcome, requests = drive(cf.SummaryPolicy(ratio), view, context, reply)
@@ -213,7 +207,7 @@ def test_valid_within_budget(counter, messages, window, summary_chars, ratio, fo
 async def test_async_driver_and_compactor_resummarize_the_previous_summary(counter):
     msgs = history(10)
     budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 1.1))
-    summarizer = cf.ScriptedSummarizer(["First summary.", "Second summary."],
+    summarizer = ScriptedSummarizer(["First summary.", "Second summary."],
                                        max_input_tokens=10**9)
     compactor = cf.Compactor(cf.SummaryPolicy(), budget, counter, summarizer=summarizer)
     first = await compactor.acompact(msgs)

@@ -17,7 +17,16 @@ from contextfold._policies.threshold import (
     SHORT_NOTICE,
     SUMMARY_HEADER,
 )
-from contextfold.testing import assert_valid_within, histories
+from contextfold.errors import ConfigurationError
+from contextfold.policy import (
+    CompactionContext,
+    HeadTail,
+    Policy,
+    PolicyOutcome,
+    SummaryRequest,
+    split_groups,
+)
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 MARKER = "[Screenshot analyzed — image omitted from context]"
 
@@ -39,26 +48,17 @@ def tool_step(
 
 def context_for(
     counter: cf.TokenCounter, window: int, *, force: bool = False, known: int | None = None
-) -> cf.CompactionContext:
-    return cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+) -> CompactionContext:
+    return CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
                                 force=force, known_tokens=known)
 
 
 def drive(
-    policy: cf.Policy, messages: Sequence[cf.Message], context: cf.CompactionContext,
+    policy: Policy, messages: Sequence[cf.Message], context: CompactionContext,
     reply: str | None = "TASK: t\nPROGRESS: p\nREMAINING: r\nDATA: d\nDECISIONS: none",
-) -> tuple[cf.PolicyOutcome, list[cf.SummaryRequest]]:
+) -> tuple[PolicyOutcome, list[SummaryRequest]]:
     """Run a policy by hand, answering every request with ``reply``."""
-    requests: list[cf.SummaryRequest] = []
-    run = policy.run(messages, context)
-    try:
-        request = next(run)
-        while True:
-            requests.append(request)
-            origin = "summarizer" if reply is not None else "failed"
-            request = run.send(cf.SummaryReply(text=reply, origin=origin, error="down"))
-    except StopIteration as stop:
-        return stop.value, requests
+    return run_policy(policy, messages, context, reply=reply)
 
 
 def email_history(n_results: int = 8, size: int = 6_000) -> list[cf.Message]:
@@ -290,7 +290,7 @@ def test_drops_oldest_unprotected_groups_when_truncation_is_not_enough(
     history = [cf.Message(role="user", content="task")]
     for k in range(30):
         history += tool_step(f"c{k}", 2_000)
-    tight = cf.ThresholdPolicy(head_tail=cf.HeadTail(0.4, 10_000, 0.4, 10_000))
+    tight = cf.ThresholdPolicy(head_tail=HeadTail(0.4, 10_000, 0.4, 10_000))
     window = int(counter.count_messages(history) * 0.5)
     outcome, requests = drive(tight, history, context_for(counter, window))
     dropped = [t.index for t in outcome.targets if t.method == "dropped"]
@@ -377,7 +377,7 @@ def test_budget_error_only_when_the_stated_minimum_cannot_fit(counter: cf.TokenC
     ],
 )
 def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(cf.ConfigurationError, match=message.replace("(", r"\(").replace(
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace(
             ")", r"\)").replace("[", r"\[")):
         cf.ThresholdPolicy(**kwargs)  # type: ignore[arg-type]
 
@@ -385,7 +385,7 @@ def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> 
 def test_constants_are_configurable(counter: cf.TokenCounter) -> None:
     history = email_history(8)
     window = int(counter.count_messages(history) / 0.8)
-    policy = cf.ThresholdPolicy(protect_recent=1, head_tail=cf.HeadTail(0.05, 100, 0.05, 100))
+    policy = cf.ThresholdPolicy(protect_recent=1, head_tail=HeadTail(0.05, 100, 0.05, 100))
     outcome, _ = drive(policy, history, context_for(counter, window))
     truncated = {t.index for t in outcome.targets if t.method == "truncated"}
     assert len(history) - 1 not in truncated and len(history) - 3 in truncated
@@ -409,7 +409,7 @@ def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
 
 
 def newest_group(messages: Sequence[cf.Message]) -> list[cf.Message]:
-    return list(cf.split_groups(messages)[-1].messages)
+    return list(split_groups(messages)[-1].messages)
 
 
 def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
@@ -418,7 +418,7 @@ def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
     history, _ = cf.repair(history)  # what the policy saw
     users = [m for m in history if m.role == "user"]
     keep = {m.id for m in newest_group(history)} | {m.id for m in users[:1]}
-    floor = [m if m.role == "system" else shrink_message(m, cf.HeadTail(), max_chars=0)
+    floor = [m if m.role == "system" else shrink_message(m, HeadTail(), max_chars=0)
              for m in history if m.role == "system" or m.id in keep]
     return [*floor, cf.Message(role="user", content=SHORT_NOTICE, source="summary")]
 
@@ -434,7 +434,7 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
     budget = cf.Budget(context_window=max(50, int(size * share)))
     known_tokens = None if known is None else int(size * known)
     # A window that holds any request: then a pass makes one summary call (the one summary).
-    summarizer = cf.ScriptedSummarizer(default="TASK: t\nPROGRESS: p\nDATA: KT-1234",
+    summarizer = ScriptedSummarizer(default="TASK: t\nPROGRESS: p\nDATA: KT-1234",
                                        max_input_tokens=10**9)
     try:
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
@@ -465,7 +465,7 @@ def test_protections_degrade_only_when_they_do_not_fit(
     # (their groups hold nothing else), plus generous room for the summary message, fit
     # the target, nothing protected is touched.
     keep = protected_ids(history)
-    groups = [g for g in cf.split_groups(history) if any(m.id in keep for m in g.messages)]
+    groups = [g for g in split_groups(history) if any(m.id in keep for m in g.messages)]
     if any(m.id not in keep and m.role != "system" for g in groups for m in g.messages):
         return
     budget = cf.Budget(context_window=max(50, int(counter.count_messages(history) * share)))
@@ -475,7 +475,7 @@ def test_protections_degrade_only_when_they_do_not_fit(
     if counter.count_messages(floor) + room > budget.target_tokens:
         return
     result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
-                        summarizer=cf.ScriptedSummarizer(default="TASK: t\nDATA: KT-1"))
+                        summarizer=ScriptedSummarizer(default="TASK: t\nDATA: KT-1"))
     if result.report.method != "none":
         assert result.report.details.get("degradation", "none") == "none"
         kept = {id(m) for m in result.messages}
@@ -490,7 +490,7 @@ def test_tiny_budgets_degrade_or_fail_only_below_the_stated_minimum(
     budget = cf.Budget(context_window=max(20, int(counter.count_messages(history) * share)))
     try:
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
-                            summarizer=cf.ScriptedSummarizer(default="TASK: t\nDATA: KT-1"),
+                            summarizer=ScriptedSummarizer(default="TASK: t\nDATA: KT-1"),
                             force=force)
     except cf.BudgetExceededError as exc:
         assert counter.count_messages(bare_floor(history)) > budget.input_budget
@@ -512,7 +512,7 @@ def test_threshold_repairs_imperfect_histories(
     budget = cf.Budget(context_window=max(50, int(size * share)))
     try:
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
-                            summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+                            summarizer=ScriptedSummarizer(default="TASK: t"))
     except cf.BudgetExceededError as exc:
         assert exc.needed > exc.available
         return
@@ -523,10 +523,10 @@ async def test_async_driver_gives_the_same_result(counter: cf.TokenCounter) -> N
     history = email_history(8)
     budget = cf.Budget(context_window=int(counter.count_messages(history) / 0.8))
     sync = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
-                      summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+                      summarizer=ScriptedSummarizer(default="TASK: t"))
     result = await cf.acompact(history, policy=cf.ThresholdPolicy(), budget=budget,
                                counter=counter,
-                               summarizer=cf.ScriptedSummarizer(default="TASK: t"))
+                               summarizer=ScriptedSummarizer(default="TASK: t"))
     assert [m.text for m in result.messages] == [m.text for m in sync.messages]
     assert result.report.targets == sync.report.targets
 

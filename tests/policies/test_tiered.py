@@ -17,7 +17,18 @@ from contextfold._policies.budget_allocation import allocate_budget
 from contextfold._policies.fitting import shrink_message
 from contextfold._policies.importance import keyword_truncate
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
-from contextfold.testing import assert_valid_within, histories
+from contextfold.errors import ConfigurationError
+from contextfold.policy import (
+    CompactionContext,
+    HeadTail,
+    ImportanceScore,
+    Policy,
+    PolicyOutcome,
+    SummaryRequest,
+    score_importance,
+    split_groups,
+)
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -31,25 +42,16 @@ def chatter(n: int, size: int = 400) -> list[cf.Message]:
 
 def context_for(
     counter: cf.TokenCounter, window: int, *, force: bool = False
-) -> cf.CompactionContext:
-    return cf.CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
+) -> CompactionContext:
+    return CompactionContext(budget=cf.Budget(context_window=window), counter=counter,
                                 force=force, now=NOW)
 
 
 def drive(
-    policy: cf.Policy, messages: Sequence[cf.Message], context: cf.CompactionContext,
+    policy: Policy, messages: Sequence[cf.Message], context: CompactionContext,
     answer: str | None = "short summary",
-) -> tuple[cf.PolicyOutcome, list[cf.SummaryRequest]]:
-    requests: list[cf.SummaryRequest] = []
-    run = policy.run(messages, context)
-    try:
-        request = next(run)
-        while True:
-            requests.append(request)
-            request = run.send(cf.SummaryReply(text=answer,
-                                               origin="summarizer" if answer else "failed"))
-    except StopIteration as stop:
-        return stop.value, requests
+) -> tuple[PolicyOutcome, list[SummaryRequest]]:
+    return run_policy(policy, messages, context, reply=answer)
 
 
 # -- importance scoring --------------------------------------------------------------
@@ -60,13 +62,13 @@ def test_seed_examples_score_as_documented() -> None:
         role="assistant", content="We decided to implement authentication using OAuth 2.0.",
         metadata={"importance": "high"}, created_at=NOW - timedelta(seconds=30),
     )
-    score = cf.score_importance(decision, now=NOW)
+    score = score_importance(decision, now=NOW)
     # seed 002: 50 + 40 + 15 = 105 (its example says 110 with +20 for recency), capped at 100
     assert score.score == 100 and score.is_residual
     assert score.factors == ("decision_language", "explicit_high_importance", "very_recent")
     hello = cf.Message(role="user", content="Hello, how are you?",
                        created_at=NOW - timedelta(hours=2))
-    assert cf.score_importance(hello, now=NOW) == cf.ImportanceScore(0, (), False)
+    assert score_importance(hello, now=NOW) == ImportanceScore(0, (), False)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +87,7 @@ def test_seed_examples_score_as_documented() -> None:
     ],
 )
 def test_each_factor_adds_its_weight(message: cf.Message, factor: str, points: int) -> None:
-    score = cf.score_importance(message, now=NOW)
+    score = score_importance(message, now=NOW)
     assert score.factors == (factor,) and score.score == points
 
 
@@ -94,8 +96,8 @@ def test_references_count_later_mentions_of_identifiers() -> None:
     later = [cf.Message(role="assistant", tool_calls=(
                  cf.ToolCall("d", "cancel", '{"reservation_id": "8JX2Q1"}'),)),
              cf.Message(role="tool", tool_call_id="d", content="cancelled 8JX2Q1")]
-    once = cf.score_importance(result, [result, later[0]])
-    twice = cf.score_importance(result, [result, *later])
+    once = score_importance(result, [result, later[0]])
+    twice = score_importance(result, [result, *later])
     assert "referenced" not in once.factors
     assert "referenced" in twice.factors and twice.score == 30 + 20
 
@@ -255,7 +257,7 @@ def test_tiering_disabled_by_env_gives_one_summary(counter: cf.TokenCounter) -> 
     ],
 )
 def test_bad_env_values_are_configuration_errors(env: dict[str, str], message: str) -> None:
-    with pytest.raises(cf.ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         cf.TieredPolicy.from_env(env)
 
 
@@ -269,7 +271,7 @@ def test_bad_env_values_are_configuration_errors(env: dict[str, str], message: s
     ],
 )
 def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(cf.ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         cf.TieredPolicy(**kwargs)  # type: ignore[arg-type]
 
 
@@ -316,17 +318,17 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
     budget = cf.Budget(context_window=max(20, int(counter.count_messages(history) * share)))
     try:
         result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
-                            summarizer=cf.ScriptedSummarizer(default="DATA: KT-1"), force=force,
+                            summarizer=ScriptedSummarizer(default="DATA: KT-1"), force=force,
                             now=NOW)
     except cf.BudgetExceededError:
         # Necessary condition: the system messages, the newest group cut to its labels and
         # one tier header do not fit.
         sent, _ = cf.repair(history)  # what the policy saw
         lead = [m for m in sent if m.role == "system"]
-        groups = cf.split_groups(sent, leading_system_count(sent))
-        newest = [shrink_message(m, cf.HeadTail(), max_chars=0) for m in groups[-1].messages]
+        groups = split_groups(sent, leading_system_count(sent))
+        newest = [shrink_message(m, HeadTail(), max_chars=0) for m in groups[-1].messages]
         older = [m for g in groups[:-1] for m in g.messages]
-        context = cf.CompactionContext(budget=budget, counter=counter)
+        context = CompactionContext(budget=budget, counter=counter)
         header = [cf.Message(role="user", source="summary", content=(
             f"[Compacted history — tier 1: {len(older)} earlier messages summarized; full "
             f"text: {handle_text(handle_for(older), context)}]"))] if older else []
@@ -335,7 +337,7 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
         return
     assert_valid_within(result.messages, budget, counter)
     out_ids = {m.id for m in result.messages}
-    assert {m.id for m in cf.split_groups(history)[-1].messages} <= out_ids
+    assert {m.id for m in split_groups(history)[-1].messages} <= out_ids
 
 
 @settings(max_examples=max(150, settings.default.max_examples))  # central invariant
@@ -345,7 +347,7 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
 ) -> None:
     size = counter.count_messages(history)
     budget = cf.Budget(context_window=max(50, int(size * share)))
-    summarizer = cf.ScriptedSummarizer(default=lambda r: "summary " * (r.max_tokens or 10),
+    summarizer = ScriptedSummarizer(default=lambda r: "summary " * (r.max_tokens or 10),
                                        max_input_tokens=10**9)  # one call per tier
     try:
         result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
@@ -354,9 +356,9 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
         # Necessary condition: the system prompt and the newest group, cut to its labels,
         # do not fit.
         lead = [m for m in history if m.role == "system"]
-        newest = [shrink_message(m, cf.HeadTail(), max_chars=0)
-                  for m in cf.split_groups(history)[-1].messages]
-        context = cf.CompactionContext(budget=budget, counter=counter)
+        newest = [shrink_message(m, HeadTail(), max_chars=0)
+                  for m in split_groups(history)[-1].messages]
+        context = CompactionContext(budget=budget, counter=counter)
         header = cf.Message(role="user", source="summary", content=(
             "[Compacted history — tier 3: 1000000 earlier messages summarized; full text: "
             f"{handle_text('ctx_' + '0' * 12, context)}]"))
@@ -379,7 +381,7 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
         positions = [ids.index(m.id) for m in result.messages if m.id in ids]
         assert positions == sorted(positions)
         cut = [m for m in result.messages if m.id in ids and all(m is not h for h in history)]
-        newest = {m.id for m in cf.split_groups(history)[-1].messages}
+        newest = {m.id for m in split_groups(history)[-1].messages}
         assert all(m.id in newest for m in cut), "only the newest group may be cut"
     assert {r.purpose for r in summarizer.requests} <= {"tier1", "tier2", "tier3"}
     assert len(summarizer.requests) <= 3

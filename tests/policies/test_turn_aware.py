@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._policies.prompt_source import prompt_kind
+from contextfold.policy import CompactionContext, ConversationState, split_groups
 from contextfold.testing import assert_valid_within, histories
 
 M, TC = cf.Message, cf.ToolCall
@@ -46,7 +47,7 @@ def test_seed_example_compresses_history_and_keeps_the_current_turn():
 
 def test_single_turn_history_comes_back_as_the_input_itself():
     history = [M("system", "s"), M("user", "q"), *loop("a", "r1"), *loop("b", "r2")]
-    context = cf.CompactionContext(budget=BIG, counter=cf.EstimatingCounter(4.0))
+    context = CompactionContext(budget=BIG, counter=cf.EstimatingCounter(4.0))
     outcome = cf.TurnAwarePolicy().apply(history, context)
     assert outcome.messages is history
     assert outcome.method == "none"
@@ -66,8 +67,8 @@ def test_non_prompt_user_messages_do_not_start_turns():
 
 def test_no_prompt_anywhere_gets_one_nudge_and_counts_it():
     history = [M("system", "s"), *loop("a", "r1"), *loop("b", "r2")]
-    state = cf.ConversationState()
-    context = cf.CompactionContext(budget=BIG, counter=cf.EstimatingCounter(4.0), state=state)
+    state = ConversationState()
+    context = CompactionContext(budget=BIG, counter=cf.EstimatingCounter(4.0), state=state)
     outcome = cf.TurnAwarePolicy().apply(history, context)
     assert [m.role for m in outcome.messages] == ["system", "user", *(m.role for m in history[1:])]
     assert outcome.messages[1].source == "nudge"
@@ -157,7 +158,7 @@ def test_valid_within_budget_and_whole_current_turn_when_it_fits(counter, messag
         for kept, original in zip(tail, current, strict=True):
             cut = "[TRUNCATED" in kept.text or "omitted from context" in kept.text
             assert kept == original or (original.role == "tool" and cut)
-        latest = [g for g in cf.split_groups(current) if g.is_tool_loop]
+        latest = [g for g in split_groups(current) if g.is_tool_loop]
         if latest:
             assert all(tail[k] == current[k] for k in range(latest[-1].start, latest[-1].end))
 
@@ -175,6 +176,6 @@ def test_historical_turns_hold_at_most_prompt_loop_and_answer(counter, messages)
     assert not history_part or starts[:1] == [0]
     for a, b in zip(starts, [*starts[1:], len(history_part)][: len(starts)], strict=True):
         turn = history_part[a:b]
-        groups = cf.split_groups(turn)
+        groups = split_groups(turn)
         assert len(groups) <= 3
         assert sum(g.is_tool_loop for g in groups) <= 1

@@ -14,6 +14,7 @@ import pytest
 from store_helpers import BACKENDS, PostgresSchema, postgres_url
 
 import contextfold as cf
+from contextfold.stores import BaseStore
 
 
 @pytest.fixture
@@ -30,16 +31,16 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def open_store(backend: str, tmp_path: Any, request: pytest.FixtureRequest
-               ) -> Iterator[Callable[..., cf.BaseStore]]:
+               ) -> Iterator[Callable[..., BaseStore]]:
     """Opens a store of the current backend; every call opens the same database again."""
-    opened: list[cf.BaseStore] = []
+    opened: list[BaseStore] = []
     schema: PostgresSchema | None = None
     if backend == "postgres":
         schema = request.getfixturevalue("pg_schema")
     memory = cf.MemoryStore()
 
-    def factory(**kwargs: Any) -> cf.BaseStore:
-        store: cf.BaseStore
+    def factory(**kwargs: Any) -> BaseStore:
+        store: BaseStore
         if backend == "memory":
             return memory
         if backend == "sqlite":
@@ -56,5 +57,5 @@ def open_store(backend: str, tmp_path: Any, request: pytest.FixtureRequest
 
 
 @pytest.fixture
-def store(open_store: Callable[..., cf.BaseStore]) -> cf.BaseStore:
+def store(open_store: Callable[..., BaseStore]) -> BaseStore:
     return open_store()

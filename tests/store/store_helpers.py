@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import contextfold as cf
+from contextfold.stores import BaseStore
 
 BACKENDS = ["memory", "sqlite", "postgres"]
 SQL_BACKENDS = ["sqlite", "postgres"]
@@ -62,7 +63,7 @@ class PostgresSchema:
 
 
 
-def raw_sql(store: cf.BaseStore, schema: PostgresSchema | None, sql: str,
+def raw_sql(store: BaseStore, schema: PostgresSchema | None, sql: str,
             params: dict[str, Any] | None = None) -> list[Any]:
     """Run SQL straight against a SQL store's database (named ``:params``)."""
     if isinstance(store, cf.SQLiteStore):

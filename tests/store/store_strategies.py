@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold.policy import OpaquePart
 
 _text = st.text(max_size=40) | st.text(
     st.characters(codec=None, categories=["Lu", "Cc"])
@@ -30,7 +31,7 @@ _parts = st.one_of(
         width=st.none() | st.integers(0, 10_000), height=st.none() | st.integers(0, 10_000),
         media_type=st.none() | st.just("image/png"),
     ),
-    st.builds(cf.OpaquePart, kind=_text, data=st.dictionaries(_text, json_values, max_size=3)),
+    st.builds(OpaquePart, kind=_text, data=st.dictionaries(_text, json_values, max_size=3)),
 )
 
 _zones = st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30)),

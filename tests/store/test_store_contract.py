@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from store_strategies import messages
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError, StoreError
+from contextfold.stores import BaseStore
 
 _FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -32,7 +34,7 @@ def _turn(i: int) -> list[cf.Message]:
 # -- history ------------------------------------------------------------------------------
 
 
-def test_append_and_load_keep_order_across_batches(store: cf.BaseStore) -> None:
+def test_append_and_load_keep_order_across_batches(store: BaseStore) -> None:
     conv = _conv()
     batches = [[cf.Message("user", f"u{i}"), cf.Message("assistant", f"a{i}")] for i in range(5)]
     for batch in batches:
@@ -42,17 +44,17 @@ def test_append_and_load_keep_order_across_batches(store: cf.BaseStore) -> None:
     assert [m.id for m in loaded] == [m.id for b in batches for m in b]
 
 
-def test_load_recent_returns_the_last_n_in_order(store: cf.BaseStore) -> None:
+def test_load_recent_returns_the_last_n_in_order(store: BaseStore) -> None:
     conv = _conv()
     store.append(conv, [cf.Message("user", str(i)) for i in range(30)])
     assert [m.text for m in store.load_recent(conv, 20)] == [str(i) for i in range(10, 30)]
     assert [m.text for m in store.load_recent(conv, 100)] == [str(i) for i in range(30)]
     assert store.load_recent(conv, 0) == []
-    with pytest.raises(cf.ConfigurationError, match="limit"):
+    with pytest.raises(ConfigurationError, match="limit"):
         store.load_recent(conv, -1)
 
 
-def test_unknown_conversation_is_empty(store: cf.BaseStore) -> None:
+def test_unknown_conversation_is_empty(store: BaseStore) -> None:
     conv = _conv()
     assert store.load(conv) == []
     assert store.load_recent(conv, 5) == []
@@ -60,7 +62,7 @@ def test_unknown_conversation_is_empty(store: cf.BaseStore) -> None:
     assert store.most_recent_broadcast(conv) is None
 
 
-def test_system_message_is_the_first_system_message(store: cf.BaseStore) -> None:
+def test_system_message_is_the_first_system_message(store: BaseStore) -> None:
     conv = _conv()
     store.append(conv, [cf.Message("user", "before")])
     store.append(conv, [cf.Message("system", "first prompt"), cf.Message("user", "go")])
@@ -69,7 +71,7 @@ def test_system_message_is_the_first_system_message(store: cf.BaseStore) -> None
     assert found is not None and found.text == "first prompt"
 
 
-def test_clear_removes_only_that_conversation(store: cf.BaseStore) -> None:
+def test_clear_removes_only_that_conversation(store: BaseStore) -> None:
     a, b = _conv(), _conv()
     store.append(a, [cf.Message("user", "iron ore in a")])
     store.append(b, [cf.Message("user", "iron ore in b")])
@@ -84,24 +86,24 @@ def test_clear_removes_only_that_conversation(store: cf.BaseStore) -> None:
     assert store.search_messages(a, "clear")[0].position == 0
 
 
-def test_bad_arguments_are_configuration_errors(store: cf.BaseStore) -> None:
-    with pytest.raises(cf.ConfigurationError, match="conversation_id"):
+def test_bad_arguments_are_configuration_errors(store: BaseStore) -> None:
+    with pytest.raises(ConfigurationError, match="conversation_id"):
         store.append("", [cf.Message("user", "x")])
-    with pytest.raises(cf.ConfigurationError, match="Message"):
+    with pytest.raises(ConfigurationError, match="Message"):
         store.append(_conv(), [{"role": "user", "content": "x"}])  # type: ignore[list-item]
     store.append(_conv(), [])  # nothing to do, no error
 
 
-def test_unstorable_metadata_is_refused_not_changed(store: cf.BaseStore) -> None:
+def test_unstorable_metadata_is_refused_not_changed(store: BaseStore) -> None:
     conv = _conv()
-    with pytest.raises(cf.StoreError, match="tuple"):
+    with pytest.raises(StoreError, match="tuple"):
         store.append(conv, [cf.Message("user", "x", metadata={"pair": (1, 2)})])
     assert store.load(conv) == []
 
 
 @_FIXTURE_OK
 @given(batch=st.lists(messages, min_size=1, max_size=4))
-def test_every_message_round_trips(store: cf.BaseStore, batch: list[cf.Message]) -> None:
+def test_every_message_round_trips(store: BaseStore, batch: list[cf.Message]) -> None:
     conv = _conv()
     store.append(conv, batch)
     loaded = store.load(conv)
@@ -115,7 +117,7 @@ def test_every_message_round_trips(store: cf.BaseStore, batch: list[cf.Message])
 # -- search -------------------------------------------------------------------------------
 
 
-def test_search_ranks_the_best_match_first_and_needs_every_word(store: cf.BaseStore) -> None:
+def test_search_ranks_the_best_match_first_and_needs_every_word(store: BaseStore) -> None:
     conv = _conv()
     filler = " ".join(f"filler{i}" for i in range(60))
     store.append(conv, [
@@ -134,7 +136,7 @@ def test_search_ranks_the_best_match_first_and_needs_every_word(store: cf.BaseSt
     assert len(store.search_messages(conv, "iron ore", limit=1)) == 1
 
 
-def test_search_finds_tool_call_names_and_arguments(store: cf.BaseStore) -> None:
+def test_search_finds_tool_call_names_and_arguments(store: BaseStore) -> None:
     conv = _conv()
     store.append(conv, _turn(7))
     hits = store.search_messages(conv, "navigate")
@@ -142,7 +144,7 @@ def test_search_finds_tool_call_names_and_arguments(store: cf.BaseStore) -> None
     assert hits[0].message.tool_calls[0].name == "navigate"
 
 
-def test_search_reasoning_looks_only_at_reasoning(store: cf.BaseStore) -> None:
+def test_search_reasoning_looks_only_at_reasoning(store: BaseStore) -> None:
     conv = _conv()
     store.append(conv, [
         cf.Message("assistant", "travel now", reasoning="the travel cooldown is 30 seconds"),
@@ -163,7 +165,7 @@ LITERAL_QUERIES = [
 
 
 @pytest.mark.parametrize("query", LITERAL_QUERIES)
-def test_operators_and_sql_are_searched_literally(store: cf.BaseStore, query: str) -> None:
+def test_operators_and_sql_are_searched_literally(store: BaseStore, query: str) -> None:
     conv = _conv()
     store.append(conv, [cf.Message("user", "iron ore; DROP TABLE contextfold_messages")])
     hits = store.search_messages(conv, query)
@@ -172,7 +174,7 @@ def test_operators_and_sql_are_searched_literally(store: cf.BaseStore, query: st
     assert len(store.load(conv)) == 1  # nothing was executed
 
 
-def test_sql_text_in_a_query_matches_as_words(store: cf.BaseStore) -> None:
+def test_sql_text_in_a_query_matches_as_words(store: BaseStore) -> None:
     conv = _conv()
     store.append(conv, [cf.Message("user", "please DROP TABLE users now"),
                         cf.Message("user", "unrelated")])
@@ -183,7 +185,7 @@ def test_sql_text_in_a_query_matches_as_words(store: cf.BaseStore) -> None:
 
 @_FIXTURE_OK
 @given(query=st.text(max_size=30))
-def test_any_query_returns_a_list_never_an_error(store: cf.BaseStore, query: str) -> None:
+def test_any_query_returns_a_list_never_an_error(store: BaseStore, query: str) -> None:
     conv = "fuzz"
     if not store.load_recent(conv, 1):
         store.append(conv, [cf.Message("user", "iron ore \"quoted\" NEAR(x) * -y",
@@ -198,7 +200,7 @@ def test_any_query_returns_a_list_never_an_error(store: cf.BaseStore, query: str
 # -- isolation ----------------------------------------------------------------------------
 
 
-def test_search_and_handles_never_cross_conversations(store: cf.BaseStore) -> None:
+def test_search_and_handles_never_cross_conversations(store: BaseStore) -> None:
     mine, other = _conv(), _conv()
     store.append(mine, [cf.Message("user", "my iron ore", reasoning="my secret plan")])
     store.append(other, [cf.Message("user", "their iron ore", reasoning="their secret plan")])
@@ -213,7 +215,7 @@ def test_search_and_handles_never_cross_conversations(store: cf.BaseStore) -> No
         assert store.get_message(bad) is None
 
 
-def test_originals_are_scoped_to_their_conversation(store: cf.BaseStore) -> None:
+def test_originals_are_scoped_to_their_conversation(store: BaseStore) -> None:
     a, b = _conv(), _conv()
     store.put_original(a, "ref-1", "the full tool output")
     assert store.get_original(a, "ref-1") == "the full tool output"
@@ -222,7 +224,7 @@ def test_originals_are_scoped_to_their_conversation(store: cf.BaseStore) -> None
     assert store.get_original(a, "ref-1") == "replaced"
 
 
-def test_summary_cache_round_trips_and_replaces(store: cf.BaseStore) -> None:
+def test_summary_cache_round_trips_and_replaces(store: BaseStore) -> None:
     key = "sha:" + uuid.uuid4().hex
     assert store.get_summary(key) is None
     store.put_summary(key, "first")
@@ -233,7 +235,7 @@ def test_summary_cache_round_trips_and_replaces(store: cf.BaseStore) -> None:
 # -- broadcasts (seed 001) ------------------------------------------------------------------
 
 
-def test_broadcast_is_stored_per_recipient_as_a_user_message(store: cf.BaseStore) -> None:
+def test_broadcast_is_stored_per_recipient_as_a_user_message(store: BaseStore) -> None:
     swarm, a, b = _conv(), _conv(), _conv()
     store.join_swarm(a, swarm)
     store.join_swarm(b, swarm)
@@ -250,7 +252,7 @@ def test_broadcast_is_stored_per_recipient_as_a_user_message(store: cf.BaseStore
     assert store.search_broadcasts(_conv(), "iron") == []
 
 
-def test_broadcast_pushed_out_of_the_window_is_still_found(store: cf.BaseStore) -> None:
+def test_broadcast_pushed_out_of_the_window_is_still_found(store: BaseStore) -> None:
     """Seed 001 ``TestBroadcastSlidingWindowBug``: 1 broadcast + 24 messages, window 20."""
     swarm, agent = _conv(), _conv()
     store.join_swarm(agent, swarm)
@@ -263,7 +265,7 @@ def test_broadcast_pushed_out_of_the_window_is_still_found(store: cf.BaseStore) 
     assert store.most_recent_broadcast(agent) == sent
 
 
-def test_new_agent_inherits_the_swarm_commander_broadcast(store: cf.BaseStore) -> None:
+def test_new_agent_inherits_the_swarm_commander_broadcast(store: BaseStore) -> None:
     """Seed 001 ``TestNewMysisInheritsGlobalBroadcast``."""
     swarm, old, late = _conv(), _conv(), _conv()
     store.join_swarm(old, swarm)
@@ -278,7 +280,7 @@ def test_new_agent_inherits_the_swarm_commander_broadcast(store: cf.BaseStore) -
     assert store.most_recent_broadcast(stranger, _conv()) is None
 
 
-def test_own_broadcast_wins_over_the_swarm_fallback(store: cf.BaseStore) -> None:
+def test_own_broadcast_wins_over_the_swarm_fallback(store: BaseStore) -> None:
     swarm, a = _conv(), _conv()
     store.broadcast(swarm, "old commander order", recipients=[a])
     newer = store.broadcast(swarm, "swarm chatter", sender_id="b", recipients=[a])
@@ -286,7 +288,7 @@ def test_own_broadcast_wins_over_the_swarm_fallback(store: cf.BaseStore) -> None
     assert store.most_recent_broadcast(a, swarm) == newer
 
 
-def test_threads_sharing_one_store_lose_nothing(store: cf.BaseStore) -> None:
+def test_threads_sharing_one_store_lose_nothing(store: BaseStore) -> None:
     conv = _conv()
 
     def write(worker: int) -> None:

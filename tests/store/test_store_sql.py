@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,14 +12,15 @@ import pytest
 from store_helpers import SQL_BACKENDS, PostgresSchema, raw_sql
 
 import contextfold as cf
-from contextfold.stores import _migrations
+from contextfold.errors import ConfigurationError, CorruptRowError, SchemaVersionError, StoreError
+from contextfold.stores import BaseStore, _migrations
 from contextfold.stores import _sqlite as sqlite
 from contextfold.stores._postgres import postgres_search_sql
 
 sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
-Opener = Callable[..., cf.BaseStore]
+Opener = Callable[..., BaseStore]
 
 
 def _schema(backend: str, request: pytest.FixtureRequest) -> PostgresSchema | None:
@@ -44,7 +47,7 @@ def test_a_newer_schema_is_refused(
     raw_sql(store, _schema(backend, request),
             'INSERT INTO "contextfold_migrations" ("version", "name", "applied_at") '
             "VALUES (:v, 'from the future', '2099-01-01')", {"v": _migrations.LATEST + 1})
-    with pytest.raises(cf.SchemaVersionError, match=f"schema version {_migrations.LATEST + 1}"):
+    with pytest.raises(SchemaVersionError, match=f"schema version {_migrations.LATEST + 1}"):
         open_store()
 
 
@@ -61,7 +64,7 @@ def test_a_failing_migration_leaves_nothing_behind(
     )
     module = "contextfold.stores._sqlite" if backend == "sqlite" else "contextfold.stores._postgres"
     monkeypatch.setattr(f"{module}.MIGRATIONS", (*_migrations.MIGRATIONS, broken))
-    with pytest.raises(cf.StoreError):
+    with pytest.raises(StoreError):
         open_store()
     schema = _schema(backend, request)
     versions = raw_sql(store, schema, 'SELECT MAX("version") FROM "contextfold_migrations"')
@@ -85,7 +88,7 @@ def test_a_corrupt_row_raises_naming_table_and_row(
                      'SELECT "id" FROM "contextfold_messages" WHERE "position" = 2')[0][0]
     for read in (lambda: store.load("c"), lambda: store.load_recent("c", 1),
                  lambda: store.search_messages("c", "bad row")):
-        with pytest.raises(cf.CorruptRowError, match=rf"row {row_id} of table "
+        with pytest.raises(CorruptRowError, match=rf"row {row_id} of table "
                            r'"contextfold_messages"'):
             read()
     assert store.system_message("c") == cf.Message("system", "prompt")  # others still read
@@ -100,7 +103,7 @@ def test_a_row_with_the_wrong_shape_is_corrupt_too(
             'INSERT INTO "contextfold_messages" ("conversation_id", "position", "message_id", '
             '"role", "search_text", "body") VALUES (\'c\', 0, \'x\', \'user\', \'\', '
             """'{"v": 1, "id": "x", "role": "wizard", "content": ""}')""")
-    with pytest.raises(cf.CorruptRowError, match="unknown role 'wizard'"):
+    with pytest.raises(CorruptRowError, match="unknown role 'wizard'"):
         store.load("c")
 
 
@@ -127,9 +130,9 @@ def test_backend_errors_become_store_errors(
 ) -> None:
     store = open_store()
     store.close()
-    with pytest.raises(cf.StoreError):
+    with pytest.raises(StoreError):
         store.load("c")
-    with pytest.raises(cf.StoreError):
+    with pytest.raises(StoreError):
         if backend == "sqlite":
             cf.SQLiteStore(tmp_path)  # a directory, not a database file
         else:
@@ -181,7 +184,7 @@ def test_search_window_ranks_only_the_most_recent_matches(
     store.append("other", [cf.Message("user", "iron elsewhere")] * 5)
     assert sorted(h.position for h in store.search_messages("c", "iron")) == [3, 4, 5]
     assert len(open_store(search_window=None).search_messages("c", "iron")) == 6
-    with pytest.raises(cf.ConfigurationError, match="search_window"):
+    with pytest.raises(ConfigurationError, match="search_window"):
         open_store(search_window=0)
 
 
@@ -193,3 +196,44 @@ def test_stemmed_matches_are_found_and_highlighted(backend: str, open_store: Ope
     hits = store.search_messages("c", "mining")
     assert [h.position for h in hits] == [0]
     assert "[mined]" in hits[0].snippet
+
+
+def test_a_refused_newer_sqlite_file_is_left_untouched(tmp_path: Path) -> None:
+    # A file written by a newer contextfold, still in rollback-journal mode: the refused
+    # open must not switch its journal mode, create tables or write anything at all.
+    import sqlite3
+
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute('CREATE TABLE "contextfold_migrations" ("version" INTEGER, "name" TEXT, '
+                 '"applied_at" TEXT)')
+    conn.execute('INSERT INTO "contextfold_migrations" VALUES (?, ?, ?)',
+                 (_migrations.LATEST + 1, "from the future", "2099-01-01"))
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(SchemaVersionError):
+        cf.SQLiteStore(path)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "future.db-wal").exists()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+
+def test_processes_opening_a_new_file_at_once_all_get_in(tmp_path: Path) -> None:
+    # The losers of the race to switch a new file to WAL used to fail at once with
+    # "database is locked"; they must wait for the winner instead.
+    code = (
+        "import sys, contextfold as cf\n"
+        "cf.SQLiteStore(sys.argv[1]).append(sys.argv[2], [cf.Message('user', 'hi')])\n"
+    )
+    for round_ in range(3):
+        path = tmp_path / f"race{round_}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"w{k}"],
+                                  stderr=subprocess.PIPE, text=True) for k in range(6)]
+        errors = [p.communicate()[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, errors
+        store = cf.SQLiteStore(path)
+        assert sum(len(store.load(f"w{k}")) for k in range(6)) == 6
+        store.close()

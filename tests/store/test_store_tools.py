@@ -9,14 +9,16 @@ import sys
 import pytest
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError
+from contextfold.stores import SEARCH_GUIDANCE, BaseStore, SearchToolSpec, search_tools
 
 
-def _tools(store: cf.BaseStore, *args: str, **kwargs: object) -> dict[str, cf.SearchToolSpec]:
-    return {t.name: t for t in cf.search_tools(store, *args, **kwargs)}  # type: ignore[arg-type]
+def _tools(store: BaseStore, *args: str, **kwargs: object) -> dict[str, SearchToolSpec]:
+    return {t.name: t for t in search_tools(store, *args, **kwargs)}  # type: ignore[arg-type]
 
 
 @pytest.fixture
-def filled(store: cf.BaseStore) -> cf.BaseStore:
+def filled(store: BaseStore) -> BaseStore:
     store.append("me", [
         cf.Message("user", "mine iron ore at node alpha"),
         cf.Message("assistant", "x " * 2000 + "iron tail", reasoning="the travel cooldown"),
@@ -27,7 +29,7 @@ def filled(store: cf.BaseStore) -> cf.BaseStore:
     return store
 
 
-def test_tools_have_names_descriptions_and_object_schemas(filled: cf.BaseStore) -> None:
+def test_tools_have_names_descriptions_and_object_schemas(filled: BaseStore) -> None:
     tools = _tools(filled, "me", swarm_id="swarm")
     assert set(tools) == {"search_messages", "search_reasoning", "search_broadcasts",
                           "read_message"}
@@ -36,10 +38,10 @@ def test_tools_have_names_descriptions_and_object_schemas(filled: cf.BaseStore) 
         assert set(tool.parameters["required"]) <= set(tool.parameters["properties"])
     assert "conversation_id" not in tools["search_messages"].parameters["properties"]
     assert "search_broadcasts" not in _tools(filled, "me")
-    assert "Context is limited - use search tools for older information" in cf.SEARCH_GUIDANCE
+    assert "Context is limited - use search tools for older information" in SEARCH_GUIDANCE
 
 
-def test_results_are_json_safe_with_handles_that_read_back(filled: cf.BaseStore) -> None:
+def test_results_are_json_safe_with_handles_that_read_back(filled: BaseStore) -> None:
     tools = _tools(filled, "me", swarm_id="swarm")
     found = tools["search_messages"](query="iron", limit=10)
     json.dumps(found)
@@ -55,7 +57,7 @@ def test_results_are_json_safe_with_handles_that_read_back(filled: cf.BaseStore)
     assert tools["read_message"](handle=news["results"][0]["handle"])["source"] == "broadcast"
 
 
-def test_other_conversations_need_an_explicit_grant(filled: cf.BaseStore) -> None:
+def test_other_conversations_need_an_explicit_grant(filled: BaseStore) -> None:
     other_handle = filled.search_messages("other", "iron")[0].handle
     tools = _tools(filled, "me")
     assert "error" in tools["read_message"](handle=other_handle)
@@ -69,17 +71,17 @@ def test_other_conversations_need_an_explicit_grant(filled: cf.BaseStore) -> Non
     assert "error" in granted["search_messages"](query="iron", conversation_id="third")
 
 
-def test_bad_arguments_come_back_as_errors(filled: cf.BaseStore) -> None:
+def test_bad_arguments_come_back_as_errors(filled: BaseStore) -> None:
     tools = _tools(filled, "me", swarm_id="swarm")
     assert "error" in tools["search_messages"](query="")
     assert "error" in tools["search_messages"](query="iron", limit="lots")
     assert "error" in tools["read_message"](handle="not-a-handle")
     assert "error" in tools["read_message"](handle=None)
     assert tools["search_messages"](query="iron", limit=10_000)["count"] == 3  # clamped
-    with pytest.raises(cf.ConfigurationError):
-        cf.search_tools(filled, "")
-    with pytest.raises(cf.ConfigurationError):
-        cf.search_tools(filled, "me", allow_conversations="other")
+    with pytest.raises(ConfigurationError):
+        search_tools(filled, "")
+    with pytest.raises(ConfigurationError):
+        search_tools(filled, "me", allow_conversations="other")
 
 
 def test_postgres_store_without_sqlalchemy_names_the_extra() -> None:
@@ -87,9 +89,10 @@ def test_postgres_store_without_sqlalchemy_names_the_extra() -> None:
 import sys
 sys.modules["sqlalchemy"] = None
 import contextfold as cf
+from contextfold.errors import MissingExtraError
 try:
     cf.PostgresStore("postgresql://localhost/x")
-except cf.MissingExtraError as exc:
+except MissingExtraError as exc:
     print(type(exc).__name__, exc.package, exc.extra, "|", exc)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -49,12 +49,7 @@ from .._lossless.learning import learned_in, learning_of
 from .._lossless.references import ReferenceCache, default_references, persist_originals
 from .._messages.model import Message
 from .._messages.validation import repair, validate
-from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
-from .._summaries.extractive import ExtractiveSummarizer
-from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
-from .._summaries.summarizer import AnySummarizer
-from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
-from ..policy import (
+from .._policies.contract import (
     CompactionContext,
     ConversationState,
     Policy,
@@ -63,6 +58,11 @@ from ..policy import (
     SummaryReply,
     SummaryRequest,
 )
+from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
+from .._summaries.extractive import ExtractiveSummarizer
+from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
+from .._summaries.summarizer import AnySummarizer
+from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
 from ..stores._protocols import HistoryStore
 from .events import (
     CompactionApplied,

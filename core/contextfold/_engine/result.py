@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._messages.model import Message
-from ..policy import Target
+from .._policies.contract import Target
 
 __all__ = ["CompactionReport", "CompactionResult"]
 

@@ -26,8 +26,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._messages.model import Message
+from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from .references import handle_for, handle_text
 
 __all__ = ["CLEARED_PREFIX", "ClearToolResultsPass"]

@@ -20,8 +20,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from .._messages.model import Message
+from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from .references import handle_for, handle_text
 
 __all__ = ["SUPERSEDED_PREFIX", "DedupeSupersededPass"]

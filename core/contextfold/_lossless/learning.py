@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._messages.model import Message
+from .._policies.contract import ConversationState
 from .._policies.importance import ImportanceScore, identifiers
 from ..errors import ConfigurationError
-from ..policy import ConversationState
 from ..stores._tools import SearchToolSpec
 
 __all__ = ["LearnedImportance", "apply_learning", "learning_of", "record_searches"]

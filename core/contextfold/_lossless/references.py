@@ -34,14 +34,14 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 from .._messages.model import Message
+from .._policies.contract import Target
 from ..errors import ConfigurationError
-from ..policy import Target
 from ..stores._protocols import HistoryStore, ReferenceStore
 from ..stores._tools import SearchToolSpec
 
 if TYPE_CHECKING:
     from .._engine.compactor import Compactor
-    from ..policy import CompactionContext
+    from .._policies.contract import CompactionContext
     from .learning import LearnedImportance
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .._messages.model import Message, TextPart
-from ..policy import CompactionContext, Target
+from .contract import CompactionContext, Target
 from .head_tail import HeadTail, truncate_head_tail
 
 __all__ = [

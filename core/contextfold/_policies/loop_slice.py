@@ -20,8 +20,8 @@ from typing import Any, Literal
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count
 from ..errors import BudgetExceededError, ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy
 from ..prompts._loader import TemporalContext
+from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import fits_budget, same, shrink_largest_first, squeeze, targets
 from .head_tail import HeadTail
 from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error

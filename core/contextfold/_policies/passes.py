@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from .._messages.model import ContentPart, ImagePart, Message, TextPart
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 
 __all__ = ["IMAGE_MARKER", "StripImagesPass", "strip_images"]
 

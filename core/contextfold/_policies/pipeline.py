@@ -30,7 +30,7 @@ from typing import Any
 
 from .._messages.model import Message
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, Policy, PolicyOutcome, PolicyRun, Target
+from .contract import CompactionContext, Policy, PolicyOutcome, PolicyRun, Target
 
 __all__ = ["Pipeline"]
 

@@ -42,8 +42,8 @@ from typing import Literal
 
 from .._messages.model import Message
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, ConversationState
 from ..stores._protocols import BroadcastStore
+from .contract import CompactionContext, ConversationState
 
 __all__ = [
     "FIRM",

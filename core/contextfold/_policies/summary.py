@@ -21,7 +21,8 @@ from datetime import datetime, tzinfo
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
-from ..policy import (
+from ..prompts._loader import _local
+from .contract import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,
@@ -29,7 +30,6 @@ from ..policy import (
     SummaryRequest,
     Target,
 )
-from ..prompts._loader import _local
 from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
 from .head_tail import HeadTail, truncate_head_tail
 from .prompt_source import open_request

@@ -65,7 +65,7 @@ from .._lossless.learning import learned_in
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
 from ..errors import BudgetExceededError, ConfigurationError
-from ..policy import (
+from .contract import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from .._lossless.references import handle_text
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
-from ..policy import CompactionContext
+from .contract import CompactionContext
 from .head_tail import HeadTail, truncate_head_tail
 from .prompt_source import prompt_kind
 

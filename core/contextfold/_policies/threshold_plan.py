@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .._lossless.references import handle_for
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES, split_groups
-from ..policy import CompactionContext, Target
+from .contract import CompactionContext, Target
 from .fitting import shrink_message, squeeze
 from .head_tail import HeadTail
 from .threshold_fit import dropped_note, insert_summary

@@ -48,8 +48,8 @@ from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
+from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .fitting import shrink_message
 from .head_tail import HeadTail
 from .importance import (

@@ -11,8 +11,8 @@ from .._lossless.references import handle_for
 from .._messages.model import Message
 from .._messages.structure import Group
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, Target
 from .budget_allocation import BudgetAllocation
+from .contract import CompactionContext, Target
 from .fitting import fits_budget, squeeze
 from .head_tail import HeadTail
 from .importance import ImportanceScore

@@ -43,7 +43,7 @@ from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
 from ..errors import BudgetExceededError, ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from .fitting import shrink_message
 from .head_tail import HeadTail
 

@@ -26,8 +26,8 @@ from typing import Any
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy
 from ..prompts._loader import TemporalContext
+from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import Fits, fits_budget, originals, same, shrink_largest_first, targets
 from .head_tail import HeadTail
 from .loop_slice import fit_loop

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
-from ..policy import SummaryRequest
+from .._policies.contract import SummaryRequest
 from .identifiers import identifiers_of
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]

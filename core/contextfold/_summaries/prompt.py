@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._messages.model import Message
-from ..policy import SummaryRequest
+from .._policies.contract import SummaryRequest
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "render_transcript", "summary_prompt"]
 

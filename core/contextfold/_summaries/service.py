@@ -37,8 +37,8 @@ from typing import Literal, TypeVar
 
 from .._counting.counters import EstimatingCounter, TokenCounter
 from .._engine.overflow import error_kind
+from .._policies.contract import SummaryReply, SummaryRequest
 from ..errors import ConfigurationError, SummarizerError
-from ..policy import SummaryReply, SummaryRequest
 from .cache import SummaryCache
 from .extractive import ExtractiveSummarizer
 from .identifiers import message_identifiers

@@ -15,7 +15,7 @@ from dataclasses import replace
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.structure import split_groups
-from ..policy import SummaryRequest
+from .._policies.contract import SummaryRequest
 
 __all__ = ["MERGE_INSTRUCTIONS", "append_to_data", "merge_request", "split_request"]
 

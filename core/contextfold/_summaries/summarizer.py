@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol, Union, runtime_checkable
 
-from ..policy import SummaryRequest
+from .._policies.contract import SummaryRequest
 
 __all__ = ["AnySummarizer", "AsyncSummarizer", "ScriptedSummarizer", "Summarizer"]
 

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
+from .._policies.contract import Policy
 from ..errors import ContextfoldError
-from ..policy import Policy
 
 __all__ = ["POLICIES", "main", "policy_from_name"]
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
-from ..policy import Target
+from .._policies.contract import Target
 from .replay import Replay, StepRecord
 
 __all__ = ["DEMO_BUDGET", "run_demo"]

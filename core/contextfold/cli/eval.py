@@ -28,8 +28,8 @@ from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
+from .._policies.contract import Policy
 from .._summaries.summarizer import AnySummarizer
-from ..policy import Policy
 from .transcripts import Transcript
 
 __all__ = ["Contender", "EvalRow", "context_text", "evaluate", "our_contender", "probes_of"]

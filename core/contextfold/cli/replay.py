@@ -15,8 +15,8 @@ from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
 from .._engine.result import CompactionReport
 from .._messages.model import Message
+from .._policies.contract import Policy, Target
 from .._summaries.summarizer import AnySummarizer
-from ..policy import Policy, Target
 
 __all__ = ["Replay", "StepRecord", "replay", "step_boundaries"]
 

@@ -33,8 +33,8 @@ from typing import Literal
 
 from .._messages.model import Message, TextPart
 from .._messages.structure import SYSTEM_ROLES
+from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy
 from ..errors import ConfigurationError
-from ..policy import CompactionContext, PolicyOutcome, SimplePolicy
 
 __all__ = [
     "LoadedPrompt",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -105,9 +106,12 @@ class SQLiteStore(BaseStore):
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
         try:
-            for pragma in ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL",
-                           "PRAGMA cache_size = -32000"):
+            # Nothing is written before the schema check: a database from a newer
+            # contextfold is refused untouched (no journal-mode change, no table).
+            self._check_recorded_version()
+            for pragma in ("PRAGMA synchronous = FULL", "PRAGMA cache_size = -32000"):
                 self._exec(pragma)
+            self._use_wal(timeout)
             self._migrate()
         except BaseException:
             self._conn.close()
@@ -145,6 +149,33 @@ class SQLiteStore(BaseStore):
                 if self._conn.in_transaction:
                     self._exec("ROLLBACK")
                 raise
+
+    def _check_recorded_version(self) -> None:
+        """Refuse a newer schema with reads only."""
+        exists = self._rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (T.migrations.strip('"'),))
+        if exists:
+            check_version(self._rows(f'SELECT MAX("version") FROM {T.migrations}')[0][0],
+                          self.path)
+
+    def _use_wal(self, timeout: float) -> None:
+        """Switch to WAL once. Several processes opening a new file at once race for the
+        switch, and SQLite answers the losers "database is locked" without waiting on its
+        busy timeout: they wait here instead, until the winner has switched."""
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            mode = self._rows("PRAGMA journal_mode")[0][0]
+            if str(mode).lower() == "wal":
+                return
+            try:
+                self._exec("PRAGMA journal_mode = WAL")
+                return
+            except StoreError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def _migrate(self) -> None:
         self._exec(MIGRATIONS_TABLE_SQLITE)

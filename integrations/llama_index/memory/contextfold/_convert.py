@@ -34,8 +34,8 @@ from llama_index.core.base.llms.types import (
 )
 from pydantic import TypeAdapter
 
-import contextfold as cf
-from contextfold import ConversionError, ImagePart, Message, OpaquePart, TextPart, ToolCall
+from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
+from contextfold.policy import ContentPart, OpaquePart, Role
 
 from ._images import image_size
 
@@ -50,7 +50,7 @@ __all__ = [
 META_KEY = "llama_index"
 """The ``Message.metadata`` key holding what only LlamaIndex carries."""
 
-_ROLE_IN: Mapping[str, cf.Role] = {
+_ROLE_IN: Mapping[str, Role] = {
     "system": "system",
     "developer": "developer",
     "user": "user",
@@ -81,7 +81,7 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
     if role is None:
         raise ConversionError(f"unknown role {li_role!r}", index=index, field="role")
     extras: dict[str, Any] = {}
-    parts: list[cf.ContentPart] = []
+    parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     thinking: list[ThinkingBlock] = []
     forms: list[dict[str, bool]] = []
@@ -133,7 +133,7 @@ def from_llama_index(messages: Iterable[ChatMessage]) -> list[Message]:
 
 def _block_in(
     block: Any,
-    parts: list[cf.ContentPart],
+    parts: list[ContentPart],
     calls: list[ToolCall],
     thinking: list[ThinkingBlock],
     call_forms: list[dict[str, bool]],
@@ -167,7 +167,7 @@ def _block_in(
     return "opaque"
 
 
-def _image_in(block: ImageBlock) -> tuple[cf.ContentPart, str]:
+def _image_in(block: ImageBlock) -> tuple[ContentPart, str]:
     """An image block as an ``ImagePart`` and where its data lived (url/bytes/path).
 
     A block holding more than one source is kept whole as an opaque part.
@@ -197,7 +197,7 @@ def _read_io(stream: Any) -> bytes:
 
 
 def _default_layout(
-    content: str | tuple[cf.ContentPart, ...], n_calls: int, has_reasoning: bool
+    content: str | tuple[ContentPart, ...], n_calls: int, has_reasoning: bool
 ) -> list[str]:
     """The block order rebuilt when no layout is kept: thinking, content, tool calls."""
     out = ["thinking"] if has_reasoning else []
@@ -208,7 +208,7 @@ def _default_layout(
     return out + ["tool_call"] * n_calls
 
 
-def _part_token(part: cf.ContentPart) -> str:
+def _part_token(part: ContentPart) -> str:
     if isinstance(part, TextPart):
         return "text"
     if isinstance(part, ImagePart):
@@ -295,7 +295,7 @@ def copy_message(message: ChatMessage) -> ChatMessage:
 
 def _blocks_out(message: Message, extras: Mapping[str, Any]) -> list[Any]:
     content = message.content
-    parts: list[cf.ContentPart] = list(content) if not isinstance(content, str) else (
+    parts: list[ContentPart] = list(content) if not isinstance(content, str) else (
         [TextPart(content)] if content else []
     )
     thinking = _thinking_out(message, extras)
@@ -325,10 +325,10 @@ def _blocks_out(message: Message, extras: Mapping[str, Any]) -> list[Any]:
 
 def _layout_fits(
     layout: Sequence[str],
-    parts: list[cf.ContentPart],
+    parts: list[ContentPart],
     calls: Sequence[ToolCall],
     n_thinking: int,
-    content: str | tuple[cf.ContentPart, ...],
+    content: str | tuple[ContentPart, ...],
 ) -> bool:
     """True when a kept layout still describes the message (a policy may have changed it)."""
     content_tokens = [t for t in layout if t not in ("thinking", "tool_call")]
@@ -371,7 +371,7 @@ def _call_out(call: ToolCall, form: Mapping[str, Any]) -> ToolCallBlock:
     )
 
 
-def _part_out(part: cf.ContentPart, token: str) -> Any:
+def _part_out(part: ContentPart, token: str) -> Any:
     if isinstance(part, TextPart):
         return TextBlock(text=part.text)
     if isinstance(part, ImagePart):

@@ -40,6 +40,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError
 from contextfold.integration import (
     AnySummarizer,
     CallLoop,
@@ -50,6 +51,7 @@ from contextfold.integration import (
     opening_key,
     stable_id,
 )
+from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
 
 from ._budget import budget_of
@@ -144,7 +146,7 @@ class CompactingLLM(FunctionCallingLLM):
     def __init__(
         self,
         llm: LLM,
-        policy: cf.Policy | None = None,
+        policy: Policy | None = None,
         budget: cf.Budget | None = None,
         summarizer: AnySummarizer | None = None,
         counter: cf.TokenCounter | None = None,
@@ -157,7 +159,7 @@ class CompactingLLM(FunctionCallingLLM):
         **kwargs: Any,
     ) -> None:
         if not isinstance(llm, LLM):
-            raise cf.ConfigurationError(f"llm must be a llama_index LLM, got {llm!r}")
+            raise ConfigurationError(f"llm must be a llama_index LLM, got {llm!r}")
         super().__init__(llm=llm, callback_manager=llm.callback_manager, **kwargs)
         budget = budget if budget is not None else budget_of(llm.metadata)
         policy = policy if policy is not None else cf.ThresholdPolicy()

@@ -30,6 +30,8 @@ from llama_index.core.memory.types import BaseMemory
 from pydantic import Field, PrivateAttr
 
 import contextfold as cf
+from contextfold.errors import ConfigurationError
+from contextfold.policy import Policy
 
 from . import _serde
 from ._budget import budget_of
@@ -72,7 +74,7 @@ class CompactingMemory(BaseMemory):
     @classmethod
     def from_defaults(  # type: ignore[override]
         cls,
-        policy: cf.Policy | None = None,
+        policy: Policy | None = None,
         budget: cf.Budget | None = None,
         *,
         store: Any = None,
@@ -125,7 +127,7 @@ class CompactingMemory(BaseMemory):
     def __init__(
         self,
         *,
-        policy: cf.Policy | None = None,
+        policy: Policy | None = None,
         budget: cf.Budget | None = None,
         store: Any = None,
         session_id: str | None = None,
@@ -139,7 +141,7 @@ class CompactingMemory(BaseMemory):
         **ignored: Any,
     ) -> None:
         if not isinstance(reserved_tokens, int) or reserved_tokens < 0:
-            raise cf.ConfigurationError(
+            raise ConfigurationError(
                 f"reserved_tokens must be an int >= 0, got {reserved_tokens!r}")
         fields: dict[str, Any] = {"system_prompt": system_prompt,
                                   "reserved_tokens": reserved_tokens}
@@ -149,7 +151,7 @@ class CompactingMemory(BaseMemory):
         if parts is None:
             budget = budget if budget is not None else _default_budget(None, None)
             if not isinstance(budget, cf.Budget):
-                raise cf.ConfigurationError(f"budget must be a contextfold.Budget, "
+                raise ConfigurationError(f"budget must be a contextfold.Budget, "
                                             f"got {budget!r}")
             opened, url = _serde.open_store(store)
             parts = _serde.Parts(
@@ -174,7 +176,7 @@ class CompactingMemory(BaseMemory):
         return self._parts.store
 
     @property
-    def policy(self) -> cf.Policy:
+    def policy(self) -> Policy:
         """The compaction policy."""
         return self._parts.policy  # type: ignore[no-any-return]
 
@@ -371,7 +373,7 @@ class CompactingMemory(BaseMemory):
         """What the caller adds beside the returned history: its prefix count, the system
         prompt it prepends, the input it appends (unless already stored) and the reserve."""
         if not isinstance(initial_token_count, int) or initial_token_count < 0:
-            raise cf.ConfigurationError(
+            raise ConfigurationError(
                 f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
         counter = self._parts.counter
         extra = initial_token_count + self.reserved_tokens

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
-from contextfold.stores._codec import decode, encode
+import contextfold.policy as cf_policy
+from contextfold.errors import ConfigurationError
+from contextfold.integration import message_from_dict, message_to_dict
 
 __all__ = [
     "Parts",
@@ -101,7 +103,7 @@ def open_store(spec: Any) -> tuple[Any, str | None]:
     if not isinstance(spec, (str, Path)):
         if not callable(getattr(spec, "append", None)) or not callable(getattr(spec, "load",
                                                                                 None)):
-            raise cf.ConfigurationError(f"store must be a contextfold store, got {spec!r}")
+            raise ConfigurationError(f"store must be a contextfold store, got {spec!r}")
         return spec, None
     text = str(spec)
     if text == "sqlite":
@@ -112,7 +114,7 @@ def open_store(spec: Any) -> tuple[Any, str | None]:
         return cf.PostgresStore(text), text
     if text.endswith((".db", ".sqlite", ".sqlite3")) or text == ":memory:":
         return cf.SQLiteStore(text), None
-    raise cf.ConfigurationError(
+    raise ConfigurationError(
         "store must be a store object, 'memory', 'sqlite', 'sqlite:///<path>', a .db path "
         f"or a postgresql:// URL, got {text!r}"
     )
@@ -124,7 +126,7 @@ def describe_store(store: Any, store_url: str | None, session_id: str) -> dict[s
         return {"kind": "sqlite", "path": os.path.abspath(store.path)}
     if isinstance(store, cf.PostgresStore):
         return {"kind": "postgres", "url": store_url}
-    return {"kind": "inline", "messages": [encode(m) for m in store.load(session_id)]}
+    return {"kind": "inline", "messages": [message_to_dict(m) for m in store.load(session_id)]}
 
 
 def revive_store(spec: Mapping[str, Any], session_id: str) -> tuple[Any, str | None]:
@@ -136,13 +138,13 @@ def revive_store(spec: Mapping[str, Any], session_id: str) -> tuple[Any, str | N
     if kind == "postgres":
         url = spec.get("url")
         if not url:
-            raise cf.ConfigurationError(
+            raise ConfigurationError(
                 "this memory's PostgreSQL store was given as an object, so its URL was not "
                 "serialized: pass store=... to from_dict"
             )
         return cf.PostgresStore(str(url)), str(url)
     store = cf.MemoryStore()
-    store.append(session_id, [decode(doc) for doc in spec.get("messages", ())])
+    store.append(session_id, [message_from_dict(doc) for doc in spec.get("messages", ())])
     return store, None
 
 
@@ -169,7 +171,7 @@ def revive_counter(name: object, budget: cf.Budget) -> cf.TokenCounter:
     if isinstance(name, str) and name.startswith("tiktoken:"):
         try:
             return cf.TiktokenCounter(name[len("tiktoken:"):])
-        except cf.ConfigurationError:
+        except ConfigurationError:
             pass
     if isinstance(name, str) and name.startswith("estimate:"):
         return cf.EstimatingCounter(float(name[len("estimate:"):]))
@@ -187,7 +189,7 @@ def describe_policy(policy: Any) -> dict[str, Any]:
     """A contextfold policy's class and parameters (``params`` is ``None`` when a parameter
     has no JSON form; the class defaults are then used on revival)."""
     cls = type(policy)
-    name = cls.__name__ if getattr(cf, cls.__name__, None) is cls else None
+    name = cls.__name__ if _public(cls.__name__) is cls else None
     try:
         params: dict[str, Any] | None = {k: _value(v) for k, v in _params(policy).items()}
     except _Opaque:
@@ -198,7 +200,7 @@ def describe_policy(policy: Any) -> dict[str, Any]:
 def revive_policy(data: Mapping[str, Any]) -> Any:
     """The policy a ``describe_policy`` dict names (``ThresholdPolicy()`` with a warning
     when it cannot be rebuilt)."""
-    cls = getattr(cf, str(data.get("class")), None) if data.get("class") else None
+    cls = _public(str(data.get("class"))) if data.get("class") else None
     params = data.get("params")
     if cls is not None and isinstance(params, dict):
         try:
@@ -226,6 +228,16 @@ def _params(obj: Any) -> dict[str, Any]:
     return {n: getattr(obj, n) for n in names}
 
 
+def _public(name: str) -> Any:
+    """The public contextfold class of that name (policies at the root, their parameter
+    classes such as ``HeadTail`` and ``NudgeConfig`` in ``contextfold.policy``), or ``None``."""
+    for module in (cf, cf_policy):
+        value = getattr(module, name, None)
+        if isinstance(value, type):
+            return value
+    return None
+
+
 def _value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -236,7 +248,7 @@ def _value(value: Any) -> Any:
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return {"__dict__": {k: _value(v) for k, v in value.items()}}
     cls = type(value)
-    if getattr(cf, cls.__name__, None) is cls:
+    if _public(cls.__name__) is cls:
         return {"__class__": cls.__name__, "params": {k: _value(v)
                                                       for k, v in _params(value).items()}}
     raise _Opaque(f"{cls.__name__} has no JSON description")
@@ -251,5 +263,7 @@ def _revive(value: Any) -> Any:
         return tuple(_revive(v) for v in value["__tuple__"])
     if "__dict__" in value:
         return {k: _revive(v) for k, v in value["__dict__"].items()}
-    cls = getattr(cf, str(value.get("__class__")))
+    cls = _public(str(value.get("__class__")))
+    if cls is None:
+        raise _Opaque(f"{value.get('__class__')} is not a public contextfold class")
     return cls(**{k: _revive(v) for k, v in value["params"].items()})

@@ -14,7 +14,12 @@ from typing import Any, Literal
 from llama_index.core.tools import FunctionTool, ToolMetadata
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-import contextfold as cf
+from contextfold.stores import (
+    BaseStore,
+    SearchToolSpec,
+    read_original_tool,
+    search_tools,
+)
 
 __all__ = ["read_original_tool_for", "search_tools_for", "tool_definitions", "tool_from_spec"]
 
@@ -25,7 +30,7 @@ _TYPES: Mapping[str, Any] = {
 
 
 def search_tools_for(
-    store: cf.BaseStore | Any,
+    store: BaseStore | Any,
     session_id: str,
     *,
     swarm_id: str | None = None,
@@ -44,7 +49,7 @@ def search_tools_for(
         agent = FunctionAgent(tools=[*my_tools, *search_tools_for(memory.store,
                                                                   memory.session_id)], ...)
     """
-    specs = cf.search_tools(store, session_id, swarm_id=swarm_id,
+    specs = search_tools(store, session_id, swarm_id=swarm_id,
                             allow_conversations=allow_conversations)
     return [tool_from_spec(spec) for spec in specs]
 
@@ -55,16 +60,16 @@ def read_original_tool_for(source: Any, session_id: str | None = None) -> Functi
 
     ``source`` is the store the memory or LLM wrapper keeps history in (``session_id`` the
     conversation), a ``CompactingMemory`` (its store and session), or a ``cf.Compactor`` /
-    ``cf.ReferenceCache`` when no store keeps the originals. Handles of other sessions are
-    refused. Put ``cf.READ_ORIGINAL_GUIDANCE`` in the system prompt.
+    ``ReferenceCache`` when no store keeps the originals. Handles of other sessions are
+    refused. Put ``READ_ORIGINAL_GUIDANCE`` in the system prompt.
     """
     if session_id is None and isinstance(getattr(source, "session_id", None), str):
         session_id = source.session_id
         source = getattr(source, "store", source)
-    return tool_from_spec(cf.read_original_tool(source, session_id))
+    return tool_from_spec(read_original_tool(source, session_id))
 
 
-def tool_from_spec(spec: cf.SearchToolSpec) -> FunctionTool:
+def tool_from_spec(spec: SearchToolSpec) -> FunctionTool:
     """One framework-neutral tool spec as a ``FunctionTool`` returning JSON text."""
     model = _model_from_schema(spec.name, spec.parameters)
 

@@ -1,0 +1,226 @@
+"""The policy contract: pure, sans-IO compaction steps.
+
+A policy is a pure function of (messages, context) to an outcome. When it needs a
+summary it does not call an LLM: it *yields* a :class:`SummaryRequest` and receives a
+:class:`SummaryReply`. Thin drivers (``compact`` and ``acompact``, the ``Compactor``)
+run the requests with a sync or async summarizer, so every policy is written once::
+
+    def run(self, messages, context):
+        reply = yield SummaryRequest(messages=old, instructions="...")
+        return PolicyOutcome(messages=[summary_message(reply.text), *recent], method="summary")
+
+A policy that never needs a summary subclasses :class:`SimplePolicy` and implements
+``apply``. Policies never mutate their input and return the input object itself when
+nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from .._counting.budget import Budget
+from .._messages.model import Message
+
+if TYPE_CHECKING:
+    from .._counting.counters import TokenCounter
+    from .._lossless.references import ReferenceCache
+    from ..stores._protocols import HistoryStore
+
+__all__ = [
+    "CompactionContext",
+    "ConversationState",
+    "Policy",
+    "PolicyOutcome",
+    "PolicyRun",
+    "SimplePolicy",
+    "SummaryReply",
+    "SummaryRequest",
+    "Target",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """A policy's request for one summary."""
+
+    messages: tuple[Message, ...]
+    """The originals to summarize (full content, before any truncation)."""
+    instructions: str
+    """What the summary must contain (sections, focus)."""
+    max_tokens: int | None = None
+    """A size hint for the summary, when the policy has a budget for it."""
+    purpose: str = "summary"
+    """A label for reports and caches: ``"threshold"``, ``"tier1"``, ``"summary"``..."""
+    max_input_tokens: int | None = None
+    """The summarizer's input window for this request, when the policy knows it; a longer
+    input is split into parts whose summaries are merged (a summarizer's own
+    ``max_input_tokens`` attribute applies when this is ``None``)."""
+    open_request: str | None = None
+    """The conversation's latest user request when nothing has answered it yet, also when
+    it lies after the summarized span: TASK names it and REMAINING keeps it open."""
+
+    @property
+    def cache_key(self) -> str:
+        """A content hash of the request: the same span with the same instructions."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        h.update(self.instructions.encode("utf-8"))
+        h.update(str(self.max_tokens).encode())
+        h.update((self.open_request or "").encode("utf-8", "surrogatepass"))
+        for m in self.messages:
+            h.update(m.fingerprint.encode())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryReply:
+    """What the driver sends back for a :class:`SummaryRequest`.
+
+    ``text`` is ``None`` only when summarizing failed and no fallback was configured; the
+    policy then uses its failure notice (seed 004). A failed summarizer's error text never
+    becomes ``text``.
+    """
+
+    text: str | None
+    """The summary, or ``None`` when it could not be made."""
+    origin: Literal["summarizer", "cache", "fallback", "failed"] = "summarizer"
+    """Where the text came from: the summarizer, the cache, the extractive fallback, or nothing."""
+    error: str | None = None
+    """The failure that led to a fallback or to ``None``, for the report."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One message a policy changed, for reports and events (seed 004's compaction card)."""
+
+    index: int
+    """Position of the original in the policy's input."""
+    role: str
+    """Role of the original."""
+    method: str
+    """What was done: ``"truncated"``, ``"summarized"``, ``"dropped"``, ``"image_stripped"``..."""
+    original_tokens: int
+    """Tokens of the original."""
+    new_tokens: int
+    """Tokens of what replaced it (0 when it was dropped or folded into a summary)."""
+    tool_name: str | None = None
+    """The tool whose result this was, for tool results."""
+    handle: str | None = None
+    """A handle to read the original back, when one was made."""
+
+
+@dataclass
+class ConversationState:
+    """Per-conversation state a policy may read and update through the driver.
+
+    Lives in the ``Compactor`` (one per conversation); pure ``compact()`` calls get a fresh one.
+    """
+
+    encouragement_count: int = 0
+    """Consecutive synthetic nudges sent without a real user prompt (seed 001)."""
+    idle: bool = False
+    """True once the conversation went idle after too many nudges."""
+    idle_reason: str | None = None
+    """Why it went idle."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Policy-specific state, keyed by policy name."""
+
+
+@dataclass(frozen=True)
+class CompactionContext:
+    """Everything a policy may look at besides the messages. Read-only."""
+
+    budget: Budget
+    """The token budget the output must fit."""
+    counter: TokenCounter
+    """The token counter to measure with."""
+    force: bool = False
+    """Compact even below the trigger (the overflow-retry path)."""
+    known_tokens: int | None = None
+    """The calibrated input size (provider-reported usage plus new messages), when known."""
+    fixed_tokens: int = 0
+    """Tokens outside the messages that count against the budget (tool definitions)."""
+    now: datetime | None = None
+    """The time to stamp summaries and temporal context with."""
+    state: ConversationState = field(default_factory=ConversationState)
+    """The conversation's state (nudge counter, idle flag)."""
+    store: HistoryStore | None = None
+    """The history store, when one is configured (sliding-window lookups)."""
+    conversation_id: str | None = None
+    """The conversation's key in the store."""
+    references: ReferenceCache | None = None
+    """The in-memory ``ReferenceCache`` that keeps originals behind handles when the store
+    does not (labels then say how many originals stay readable)."""
+
+    @property
+    def available(self) -> int:
+        """Tokens the messages may take: the input budget less the fixed parts."""
+        return self.budget.input_budget - self.fixed_tokens
+
+    def measure(self, messages: Sequence[Message]) -> int:
+        """Estimated tokens of ``messages`` plus the fixed parts."""
+        return self.counter.count_messages(messages) + self.fixed_tokens
+
+    def input_tokens(self, messages: Sequence[Message]) -> int:
+        """The decision figure for the policy's *input*: the larger of the estimate and the
+        calibrated ``known_tokens`` (seed 004, layer 2)."""
+        estimate = self.measure(messages)
+        return max(estimate, self.known_tokens) if self.known_tokens is not None else estimate
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    """What a policy returns: the new list and what it did."""
+
+    messages: Sequence[Message]
+    """The compacted messages; the input object itself when nothing changed."""
+    method: str = "none"
+    """A short name of what was done (``"none"``, ``"truncation"``, ``"threshold"``...)."""
+    targets: tuple[Target, ...] = ()
+    """The messages that were changed."""
+    notes: tuple[str, ...] = ()
+    """Human-readable remarks (``"summary failed; used notice"``)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Policy-specific figures for the report (tier budgets, residual counts...)."""
+
+
+PolicyRun = Generator[SummaryRequest, SummaryReply, PolicyOutcome]
+"""The generator a policy's ``run`` returns."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A compaction policy. ``run`` must not mutate ``messages``."""
+
+    name: str
+    """A short name for reports and errors."""
+
+    @property
+    def always_run(self) -> bool:
+        """True when the output must be rebuilt from the full input on every call (a loop
+        slice, a nudge): the Compactor then never reuses the previous output as a prefix."""
+        ...
+
+    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        """Yield summary requests, receive replies, return the outcome."""
+        ...
+
+
+class SimplePolicy:
+    """Base for policies that never need a summary: implement ``apply``."""
+
+    name: str = "simple"
+    always_run: bool = False
+
+    def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
+        """Return the outcome for ``messages``."""
+        raise NotImplementedError
+
+    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        """Run ``apply``; never yields."""
+        return self.apply(messages, context)
+        yield  # pragma: no cover - makes this a generator
