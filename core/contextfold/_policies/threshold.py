@@ -39,14 +39,17 @@ system messages, those messages cut to their labels and the short notice do not 
 
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
-identifiers) is cut section by section, DATA last (:mod:`.threshold_fit`), and replaced by
+identifiers) is cut section by section, DATA last (:func:`fit_sections`), and replaced by
 the notice only when not even its headings fit.
 
-Where the summary goes: seed 004 pushes it onto the end. So do we, with one exception: a
+Where the summary goes: seed 004 pushes it onto the end. So do we, with two exceptions: a
 trailing user prompt (not a summary) stays last, with the summary just before it, so the
-model answers the user rather than the notice. Either place is after a complete tool
-group, never between a call and its result. A user message after tool results is valid for
-every provider; the model reads it as "continue", which is the nudge's purpose.
+model answers the user rather than the notice; and when a later prompt than the first
+started the current turn, the summary of the earlier turns goes right before that prompt,
+so the current instruction is never followed by a restatement of older ones. Every place
+is after a complete tool group, never between a call and its result. A user message after
+tool results is valid for every provider; the model reads it as "continue", which is the
+nudge's purpose.
 
 Seed 004's constants map as follows: ``CHARS_PER_TOKEN`` is the counter's
 (``EstimatingCounter(1.5)``), ``COMPACTION_THRESHOLD`` and ``COMPACTION_TARGET`` are the
@@ -58,12 +61,14 @@ is not needed: projected savings are measured with the counter on the truncated 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._lossless.learning import learned_in
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
+from .._messages.structure import SYSTEM_ROLES, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
 from .contract import (
     CompactionContext,
@@ -71,28 +76,12 @@ from .contract import (
     PolicyRun,
     SummaryReply,
     SummaryRequest,
+    Target,
 )
+from .fitting import shrink_message, squeeze
 from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
-from .prompt_source import open_request
-from .threshold_fit import (
-    SUMMARY_HEADER,
-    dropped_note,
-    fallback_notes,
-    fit_sections,
-    insert_summary,
-    summary_message,
-)
-from .threshold_plan import (
-    Level,
-    Plan,
-    cut_to_fit,
-    drop_groups,
-    plan_details,
-    plan_originals,
-    plan_targets,
-    protected_at,
-)
+from .prompt_source import open_request, prompt_kind
 
 __all__ = [
     "COMPACTION_NOTICE",
@@ -103,17 +92,19 @@ __all__ = [
     "ThresholdPolicy",
 ]
 
+
 THRESHOLD_INSTRUCTIONS = """\
 Summarize the conversation below into a structured conversation state with exactly these \
 five sections:
 
-TASK: What the user originally asked for
+TASK: The user's latest request, then their earlier requests as items under it
 PROGRESS: Numbered list of completed steps with key results
 REMAINING: What still needs to be done (exact items, counts, IDs)
 DATA: Key values — names, emails, dates, IDs, numbers, URLs, errors
 DECISIONS: Any decisions or confirmations made
 
 Copy every identifier, reference number, name and amount exactly as written."""
+
 """Seed 004's five-section summary prompt."""
 
 CONTINUATION_NUDGE = (
@@ -121,6 +112,7 @@ CONTINUATION_NUDGE = (
     "content. This summary captures the full conversation state. Continue where you left off. "
     "Do NOT produce final output until ALL steps are complete. Do NOT re-do completed work.]"
 )
+
 """Seed 004's continuation nudge, after the summary."""
 
 COMPACTION_NOTICE = (
@@ -129,16 +121,17 @@ COMPACTION_NOTICE = (
     "truncated content carefully to reconstruct what has been completed and what remains. "
     "Continue where you left off. Do NOT produce final output until ALL steps are complete.]"
 )
+
 """Seed 004's notice, used when no summary could be made."""
 
 SHORT_NOTICE = (
     "[Older messages dropped to fit. Continue; do NOT finish before ALL steps are done.]"
 )
+
 """The last resort, when not even seed 004's notice fits beside the messages kept: what
 happened and the nudge's two points (continue; no final output before the end)."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
-
 
 @dataclass(frozen=True)
 class ThresholdPolicy:
@@ -295,7 +288,7 @@ class ThresholdPolicy:
 
     def _to_the_bone(self, plan: Plan, context: CompactionContext) -> Plan:
         """Every group that may go dropped; then the first user message and the newest group
-        cut head+tail to fit (:func:`.threshold_plan.cut_to_fit`). Raises when even their
+        cut head+tail to fit (:func:`cut_to_fit`). Raises when even their
         labels and the short notice do not fit."""
         drop_groups(plan, context, 10**18)
         plan.level = "cut_to_fit"
@@ -436,3 +429,285 @@ class ThresholdPolicy:
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
+
+# -- the plan: degradation levels, what each protects, the report's figures ----------
+
+
+@dataclass(frozen=True)
+class Level:
+    """One step of the degradation: what stays protected."""
+
+    name: str
+    recent: int  # messages of each role kept verbatim at the end
+    cut_protected: bool = False  # errors and pinned messages may be truncated
+    drop_protected: bool = False  # groups holding them may be dropped
+
+@dataclass
+class Plan:
+    """What the policy decided before asking for the summary."""
+
+    work: Sequence[Message]
+    strip_targets: tuple[Target, ...]
+    frozen: frozenset[int]  # never truncated
+    anchored: frozenset[int]  # never dropped
+    offset: int
+    reserve: int
+    level: str = "none"
+    chosen: dict[int, Message] = field(default_factory=dict)
+    dropped: set[int] = field(default_factory=set)
+    passes: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    def kept(self) -> list[Message]:
+        """The messages sent, without the summary."""
+        return [self.chosen.get(i, m) for i, m in enumerate(self.work) if i not in self.dropped]
+
+def protected_at(
+    work: Sequence[Message], level: Level
+) -> tuple[frozenset[int], frozenset[int]]:
+    """(never truncated, never dropped) at ``level``: system messages, the first user
+    message, the last ``level.recent`` of each role, errors and pinned messages unless the
+    level cuts or drops them; the newest group is never dropped, and at ``recent`` 0 its
+    last message of each role is never truncated."""
+    frozen: set[int] = set()
+    important: set[int] = set()
+    seen = {"tool": 0, "assistant": 0, "user": 0}
+    first_user = None
+    for i in range(len(work) - 1, -1, -1):
+        m = work[i]
+        if m.role in seen:
+            if seen[m.role] < level.recent:
+                frozen.add(i)
+            seen[m.role] += 1
+        if m.role == "user":
+            first_user = i
+        if m.role in SYSTEM_ROLES:
+            frozen.add(i)
+        elif m.is_error or m.is_pinned:
+            important.add(i)
+    if first_user is not None:
+        frozen.add(first_user)
+    groups = split_groups(work)
+    newest = set(range(groups[-1].start, groups[-1].end)) if groups else set()
+    if level.recent == 0 and newest:  # its last message of each role stays verbatim
+        last = {work[i].role: i for i in sorted(newest)}
+        frozen.update(last.values())
+    if not level.cut_protected:
+        frozen |= important
+    anchored = frozen | newest | (set() if level.drop_protected else important)
+    return frozenset(frozen), frozenset(anchored)
+
+def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
+    """The report's targets: stripped images, truncated and dropped messages."""
+    count = context.counter.count_message
+    out = list(plan.strip_targets)
+    span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
+    for i in sorted(set(plan.chosen) | plan.dropped):
+        m = plan.work[i]
+        dropped = i in plan.dropped
+        out.append(Target(
+            index=i, role=m.role, method="dropped" if dropped else "truncated",
+            original_tokens=count(m), new_tokens=0 if dropped else count(plan.chosen[i]),
+            tool_name=m.name if m.role == "tool" else None,
+            handle=span if dropped else handle_for(m),
+        ))
+    return tuple(out)
+
+def plan_details(
+    messages: Sequence[Message], plan: Plan, context: CompactionContext, *,
+    summary: str, origin: str | None = None,
+) -> dict[str, object]:
+    """The report's details, with the degradation level used."""
+    return {
+        "estimate_tokens": context.measure(messages),
+        "known_tokens": context.known_tokens,
+        "effective_tokens": context.measure(messages) + plan.offset,
+        "trigger_tokens": context.budget.trigger_tokens,
+        "target_tokens": context.budget.target_tokens,
+        "forced": context.force,
+        "images_stripped": len(plan.strip_targets),
+        "truncated": len(plan.chosen) - len(plan.dropped & set(plan.chosen)),
+        "passes": dict(plan.passes),
+        "dropped": len(plan.dropped),
+        "degradation": plan.level,
+        "summary_kind": summary,
+        "summary_origin": origin,
+    }
+
+def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
+    """Drop whole groups not anchored, oldest first (groups holding an error or pinned
+    message after all others), until ``need`` tokens are saved."""
+    count = context.counter.count_message
+    saved = 0
+    groups = [g for g in split_groups(plan.work)
+              if not any(i in plan.anchored for i in range(g.start, g.end))]
+    groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
+    for group in groups:
+        if saved >= need:
+            break
+        indices = range(group.start, group.end)
+        saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
+        plan.dropped.update(indices)
+    if plan.dropped:
+        span = handle_for(plan.work[i] for i in sorted(plan.dropped))
+        plan.note = dropped_note(span, len(plan.dropped), context)
+
+def cut_to_fit(
+    plan: Plan, context: CompactionContext, shape: HeadTail, notices: Sequence[Message],
+    notice_room: int,
+) -> list[Message] | None:
+    """Cut the kept messages but the system ones (the first user message and the newest
+    group, once everything else is dropped) head+tail to the largest common size that fits
+    with the summary's reserve under the target, else with ``notice_room`` under the budget,
+    else with each of ``notices`` (the short one last). Records the cuts in ``plan.chosen``
+    and returns ``None``; when not even their labels fit, returns that floor."""
+    kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
+    out = [plan.chosen.get(i, plan.work[i]) for i in kept]
+    spots = [k for k, i in enumerate(kept) if plan.work[i].role not in SYSTEM_ROLES]
+    originals = [plan.work[kept[k]] for k in spots]
+    limit = context.budget.input_budget
+    target = context.budget.target_tokens - plan.offset
+    notice = notices[-1]
+    steps = [(plan.reserve, min(target, limit), notice), (notice_room, limit, notice),
+             *((0, limit, n) for n in notices)]
+    for room, ceiling, last in steps:
+        def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling,
+                 last: Message = last) -> bool:
+            if room:
+                return context.measure(candidate) + room <= top
+            return context.measure(insert_summary(list(candidate), last)) <= top
+        if squeeze(out, spots, originals, fits, shape, context):
+            for k in spots:
+                if out[k] is not plan.work[kept[k]]:
+                    plan.chosen[kept[k]] = out[k]
+            return None
+    floor = list(out)
+    for k, original in zip(spots, originals, strict=True):
+        floor[k] = shrink_message(original, shape, max_chars=0)
+    return insert_summary(floor, notice)
+
+def plan_originals(plan: Plan) -> tuple[Message, ...]:
+    """The full text of every target and dropped message, in order, after the first user
+    message (kept verbatim in the context, sent along so the summary can state the TASK)."""
+    picked = sorted(set(plan.chosen) | plan.dropped)
+    first_user = next((i for i, m in enumerate(plan.work) if m.role == "user"), None)
+    if first_user is not None and first_user not in plan.chosen:
+        picked = [first_user, *(i for i in picked if i != first_user)]
+    return tuple(plan.work[i] for i in picked)
+
+# -- the summary message: its text, where it goes, how it is fitted -----------------
+
+SUMMARY_HEADER = "[Compaction Summary]\n\n"
+
+"""The first line of the summary message."""
+
+_HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
+
+# Removal rank of a line by section (lower goes first); headings and TASK are never removed
+# here. PROGRESS's first and last steps rank with REMAINING.
+_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
+
+def summary_message(
+    text: str | None, context: CompactionContext, *, nudge: str, notice: str, note: str = ""
+) -> Message:
+    """The summary (or, for ``None``, the notice), with ``note`` naming the handle of what
+    was dropped, then the continuation nudge."""
+    note = f"\n\n{note}" if note else ""
+    if text is None:
+        return Message(role="user", content=notice + note, source="summary",
+                       created_at=context.now, metadata={"compaction": "notice"})
+    return Message(
+        role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{nudge}",
+        source="summary", created_at=context.now, metadata={"compaction": "threshold"},
+    )
+
+def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
+    """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
+    with a line saying how many went; ``None`` when not even the headings fit."""
+    if fits(text):
+        return text
+    lines = text.strip().splitlines()
+    order = _removal_order(lines)
+    if not order:
+        return _head_tail(text, fits)
+
+    def render(k: int) -> str:
+        gone = set(order[:k])
+        kept = [line for i, line in enumerate(lines) if i not in gone]
+        return "\n".join([*kept, f"[{k} line(s) of the summary omitted to fit]"])
+
+    if not fits(render(len(order))):
+        return None
+    lo, hi = 1, len(order)
+    while lo < hi:  # the fewest removals that fit
+        mid = (lo + hi) // 2
+        if fits(render(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return render(lo)
+
+def _removal_order(lines: list[str]) -> list[int]:
+    """Indices of removable lines, first to go first; empty when there are no headings."""
+    section: str | None = None
+    ranked: list[tuple[int, int, int]] = []
+    progress: list[int] = []
+    seen_heading = False
+    for i, line in enumerate(lines):
+        heading = _HEADING.match(line)
+        if heading:
+            section, seen_heading = heading.group(1), True
+            continue
+        if not line.strip() or section == "TASK":
+            continue
+        if section == "PROGRESS":
+            progress.append(i)
+        rank = _RANK.get(section, 1)
+        ranked.append((rank, -i if section == "DATA" else i, i))
+    if not seen_heading:
+        return []
+    if len(progress) > 2:  # the first and the latest step stay with REMAINING
+        ends = {progress[0], progress[-1]}
+        ranked = [(2 if i in ends else r, k, i) for r, k, i in ranked]
+    return [i for _, _, i in sorted(ranked)]
+
+def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
+    """A free-form summary cut head+tail to the largest size that fits."""
+    shape = HeadTail(0.6, 10**9, 0.3, 10**9)
+    if not fits(truncate_head_tail(text, shape, max_chars=0)):
+        return None
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(truncate_head_tail(text, shape, max_chars=mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return truncate_head_tail(text, shape, max_chars=lo)
+
+def fallback_notes(note: str) -> tuple[str, ...]:
+    """``note``, then its handle alone (``[dropped: ctx_...]``, when even the note does not
+    fit beside what was kept), then nothing: the order a notice tries them in."""
+    from .._lossless.references import HANDLE_RE
+
+    found = HANDLE_RE.search(note)
+    short = f"[dropped: {found.group(0)}]" if found else ""
+    return tuple(dict.fromkeys((note, short, "")))
+
+def dropped_note(span: str, count: int, context: CompactionContext) -> str:
+    """The line of the summary that names the handle of the dropped messages."""
+    return f"[{count} dropped messages, full text: {handle_text(span, context)}]"
+
+def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
+    """``kept`` with ``summary`` before the current turn when a later prompt than the first
+    started it (a multi-turn conversation: the summary of earlier turns must not follow the
+    current instruction), else at the end, before a trailing run of user prompts."""
+    prompts = [i for i, m in enumerate(kept) if prompt_kind(m) is not None]
+    if len(prompts) > 1:
+        return [*kept[: prompts[-1]], summary, *kept[prompts[-1]:]]
+    at = len(kept)
+    while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
+        at -= 1
+    if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
+        at = len(kept)  # only prompts after the system: the summary goes last
+    return [*kept[:at], summary, *kept[at:]]

@@ -40,20 +40,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._lossless.learning import apply_learning, learned_in
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
-from .._messages.structure import leading_system_count, split_groups
+from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
-from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
-from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
-from .fitting import shrink_message
+from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
+from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
+from .fitting import fits_budget, shrink_message, squeeze
 from .head_tail import HeadTail
 from .importance import (
     DEFAULT_WEIGHTS,
+    ImportanceScore,
     ImportanceWeights,
     estimated_chars,
     identifiers,
@@ -61,19 +62,26 @@ from .importance import (
     score_messages,
 )
 from .prompt_source import open_request
-from .tiered_config import TIER_INSTRUCTIONS, env_kwargs
-from .tiered_plan import (
-    TierPlan,
-    check_int,
-    cut_newest,
-    cut_targets,
-    header_message,
-    tier_details,
-    tier_targets,
+
+__all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "TieredPolicy"]
+
+ENV_PREFIX = "PROMPT_COMPACTION_"
+"""Seed 002's prefix of every variable."""
+
+_EXACT = "Copy identifiers, reference numbers, names and amounts exactly as written."
+
+TIER_INSTRUCTIONS = (
+    "Summarize these messages, keeping about 70% of their detail. Preserve:\n"
+    "- participants and their roles\n- actions taken and their outcomes\n"
+    "- important decisions or conclusions\n- key technical details or data\n" + _EXACT,
+    "Summarize these messages, keeping about 40% of their detail. Preserve:\n"
+    "- main topics discussed\n- important decisions made\n"
+    "- unresolved items or open questions\n- critical context for future reference\n" + _EXACT,
+    "Summarize these messages briefly, keeping about 15% of their detail. Answer:\n"
+    "- What was this conversation about?\n- What was concluded or decided?\n"
+    "- Any critical outcomes?\n" + _EXACT,
 )
-
-__all__ = ["TIER_INSTRUCTIONS", "TieredPolicy"]
-
+"""Seed 002's summarization strategy of tiers 1, 2 and 3."""
 
 
 @dataclass(frozen=True)
@@ -455,3 +463,142 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
+
+# -- the plan: where each group goes, the tier headers, the report's figures ----------
+
+
+@dataclass
+class TierPlan:
+    """The groups and where each goes."""
+
+    groups: list[Group]
+    scores: list[ImportanceScore]
+    lead: int
+    offset: int
+    kept: set[int] = field(default_factory=set)  # residual groups
+    pinned: set[int] = field(default_factory=set)
+    tier_of: dict[int, int] = field(default_factory=dict)
+    allocation: BudgetAllocation | None = None
+    rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
+    headers: dict[int, int] = field(default_factory=dict)
+    needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
+    cut_newest: bool = False  # the newest group must be cut head+tail to fit
+
+    def members(self, tier: int) -> list[int]:
+        """The groups in ``tier``, oldest first."""
+        return [g for g, t in sorted(self.tier_of.items()) if t == tier]
+
+def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Message:
+    """A tier's summary message: its header, then ``text``."""
+    full = f"; full text: {ref}" if ref else ""
+    header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
+    return Message(role="user", content=f"{header}\n\n{text}" if text else header,
+                   source="summary", metadata={"compaction": "tiered", "tier": tier})
+
+def tier_targets(plan: TierPlan, context: CompactionContext) -> tuple[Target, ...]:
+    """The report's targets: every summarized message, with its tier's handle."""
+    count = context.counter.count_message
+    spans = {t: handle_for(m for g in plan.members(t) for m in plan.groups[g].messages)
+             for t in (1, 2, 3) if plan.members(t)}
+    return tuple(
+        Target(index=i, role=m.role, method=f"summarized:tier{t}",
+               original_tokens=count(m), new_tokens=0,
+               tool_name=m.name if m.role == "tool" else None, handle=spans[t])
+        for g, t in sorted(plan.tier_of.items()) if t
+        for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
+    )
+
+def tier_details(
+    messages: Sequence[Message], out: Sequence[Message], plan: TierPlan,
+    context: CompactionContext,
+) -> dict[str, Any]:
+    """Compression metrics, residuals with their factors, tiers and the budget report."""
+    original, compressed = context.measure(messages), context.measure(out)
+    residual_indices = [
+        i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
+    ]
+    tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
+    budget = plan.allocation.as_dict() if plan.allocation is not None else None
+    if budget is not None:
+        budget["used_tokens"] = compressed + plan.offset
+        budget["used_percent"] = round(100 * (compressed + plan.offset) / budget["total"], 2)
+    return {
+        "original_tokens": original,
+        "compressed_tokens": compressed,
+        "ratio": round(compressed / original, 4) if original else 1.0,
+        "residual_count": len(residual_indices),
+        "residuals": [
+            {"index": i, "score": plan.scores[i].score, "factors": list(plan.scores[i].factors)}
+            for i in residual_indices if plan.scores[i].is_residual
+        ],
+        "pinned_count": sum(len(plan.groups[g]) for g in plan.pinned),
+        "tiers": tiers,
+        "budget": budget,
+    }
+
+def check_int(name: str, value: object, low: int) -> None:
+    """Raise ``ConfigurationError`` unless ``value`` is an int >= ``low``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+
+def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
+    """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
+    the largest common size that fits; False when not even their labels fit."""
+    newest = plan.groups[-1].messages if plan.groups else ()
+    if not newest or out[-len(newest):] != list(newest):
+        return False
+    spots = list(range(len(out) - len(newest), len(out)))
+    plan.cut_newest = True
+    return squeeze(out, spots, newest, fits_budget(context), HeadTail())
+
+def cut_targets(
+    before: Sequence[Message], after: Sequence[Message], context: CompactionContext
+) -> tuple[Target, ...]:
+    """A ``"truncated"`` target for each message ``after`` replaced (same positions)."""
+    count = context.counter.count_message
+    return tuple(
+        Target(index=i, role=old.role, method="truncated", original_tokens=count(old),
+               new_tokens=count(new), tool_name=old.name if old.role == "tool" else None,
+               handle=handle_for(old))
+        for i, (old, new) in enumerate(zip(before, after, strict=True)) if new is not old
+    )
+
+
+# -- configuration from the environment ------------------------------------------------
+
+def env_kwargs(env: Mapping[str, str]) -> dict[str, Any]:
+    """``TieredPolicy`` keyword arguments from ``env`` (see ``TieredPolicy.from_env``).
+
+    Raises:
+        ConfigurationError: a variable does not parse; the message names it.
+    """
+    kwargs: dict[str, Any] = {}
+    parsers: tuple[tuple[str, str, Any], ...] = (
+        ("RESIDUALS_ENABLED", "residuals_enabled", _parse_bool),
+        ("RESIDUAL_THRESHOLD", "residual_threshold", int),
+        ("RESIDUAL_MAX_PERCENT", "residual_max_percent", float),
+        ("BUDGET_ENABLED", "budget_allocation", _parse_bool),
+        ("TIER0_SIZE", "tier0_size", int),
+        ("TIER1_SIZE", "tier1_size", int),
+        ("TIER2_SIZE", "tier2_size", int),
+        ("TIERED_ENABLED", "tiered", _parse_bool),
+    )
+    for suffix, attr, parse in parsers:
+        raw = env.get(ENV_PREFIX + suffix)
+        if raw is None or not raw.strip():
+            continue
+        try:
+            kwargs[attr] = parse(raw.strip())
+        except ValueError as exc:
+            raise ConfigurationError(f"{ENV_PREFIX}{suffix}={raw!r}: {exc}") from None
+    if kwargs.pop("tiered", True) is False:
+        kwargs["tier1_size"] = kwargs["tier2_size"] = 2**62
+    return kwargs
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
