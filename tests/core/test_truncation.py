@@ -60,7 +60,8 @@ def exact_budget(counter: cf.TokenCounter, messages: Sequence[cf.Message]) -> cf
 
 
 def test_unknown_strategy_is_rejected_on_construction() -> None:
-    with pytest.raises(ConfigurationError, match="strategy must be 'oldest_first' or"):
+    with pytest.raises(ConfigurationError, match=r"TruncationPolicy\.strategy must be one of "
+                       r"'oldest_first', 'middle_out', got 'newest_first'"):
         cf.TruncationPolicy("newest_first")  # type: ignore[arg-type]
 
 

@@ -368,12 +368,16 @@ def test_budget_error_only_when_the_stated_minimum_cannot_fit(counter: cf.TokenC
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"protect_recent": -1}, "protect_recent must be an int >= 0, got -1"),
-        ({"min_compaction_chars": 1.5}, "min_compaction_chars must be an int >= 0"),
-        ({"summary_max_share": 1.5}, "summary_max_share must be in (0, 1], got 1.5"),
-        ({"summary_max_tokens": 0}, "summary_max_tokens must be an int >= 1"),
-        ({"nudge": "  "}, "nudge must not be empty"),
-        ({"head_tail": (0.1, 10, 0.1, 10)}, "head_tail must be a HeadTail"),
+        ({"protect_recent": -1}, "ThresholdPolicy.protect_recent must be an int >= 0, got -1"),
+        ({"min_compaction_chars": 1.5},
+         "ThresholdPolicy.min_compaction_chars must be an int >= 0, got 1.5"),
+        ({"summary_max_share": 1.5},
+         "ThresholdPolicy.summary_max_share must be a number in (0, 1], got 1.5"),
+        ({"summary_max_tokens": 0},
+         "ThresholdPolicy.summary_max_tokens must be an int >= 1, got 0"),
+        ({"nudge": "  "}, "ThresholdPolicy.nudge must be a non-blank string, got '  '"),
+        ({"head_tail": (0.1, 10, 0.1, 10)},
+         "ThresholdPolicy.head_tail must be a HeadTail, got (0.1, 10, 0.1, 10)"),
     ],
 )
 def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:

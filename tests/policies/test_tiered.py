@@ -253,7 +253,8 @@ def test_tiering_disabled_by_env_gives_one_summary(counter: cf.TokenCounter) -> 
     [
         ({"PROMPT_COMPACTION_RESIDUAL_THRESHOLD": "high"}, "PROMPT_COMPACTION_RESIDUAL_THRESHOLD"),
         ({"PROMPT_COMPACTION_RESIDUALS_ENABLED": "maybe"}, "expected true or false"),
-        ({"PROMPT_COMPACTION_RESIDUAL_MAX_PERCENT": "2"}, "residual_max_percent must be in"),
+        ({"PROMPT_COMPACTION_RESIDUAL_MAX_PERCENT": "2"},
+         r"TieredPolicy.residual_max_percent must be a number in \[0, 1\], got 2.0"),
     ],
 )
 def test_bad_env_values_are_configuration_errors(env: dict[str, str], message: str) -> None:
@@ -264,10 +265,10 @@ def test_bad_env_values_are_configuration_errors(env: dict[str, str], message: s
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"tier0_size": 30}, "tier0_size <= tier1_size <= tier2_size"),
+        ({"tier0_size": 30}, "tier0_size <= tier1_size <= tier2_size, got \\(30, 25, 50\\)"),
         ({"preservation": (0.7, 0.4, 0.0)}, "preservation must be 3 values"),
         ({"tier_shares": (0.7, 0.3, 0.2, 0.1)}, "tier_shares must sum to at most 1"),
-        ({"residual_threshold": -5}, "residual_threshold must be an int >= 0"),
+        ({"residual_threshold": -5}, "TieredPolicy.residual_threshold must be an int >= 0, got -5"),
     ],
 )
 def test_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Annotated
 
+from .._config import Ge, Gt, Le, check_fields, config_error
 from ..errors import ConfigurationError
 
 __all__ = ["MODEL_LIMITS", "Budget", "ModelLimits"]
@@ -110,44 +112,26 @@ class Budget:
     passes ``trigger`` of that budget and shrinks it to ``target`` (seed 004: 75% and 50%).
     """
 
-    context_window: int
+    context_window: Annotated[int, Ge(1)]
     """Tokens the model accepts, input and output together."""
-    output_reserve: int = 0
+    output_reserve: Annotated[int, Ge(0)] = 0
     """Tokens kept free for the reply."""
-    trigger: float = 0.75
+    trigger: Annotated[float, Gt(0), Le(1)] = 0.75
     """Fraction of the input budget at which compaction starts, in (0, 1]."""
-    target: float = 0.50
+    target: Annotated[float, Gt(0), Le(1)] = 0.50
     """Fraction of the input budget compaction shrinks to, in (0, trigger]."""
     model: str | None = None
     """The model this budget was made for, when known; used to pick a token counter."""
 
     def __post_init__(self) -> None:
-        for name in ("context_window", "output_reserve"):
-            if isinstance(getattr(self, name), bool):
-                raise ConfigurationError(f"{name} must be an int, got {getattr(self, name)!r}")
-        for name in ("trigger", "target"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigurationError(f"{name} must be a number, got {value!r}")
-        if not isinstance(self.context_window, int) or self.context_window <= 0:
-            raise ConfigurationError(
-                f"context_window must be a positive int, got {self.context_window!r}"
-            )
-        if not isinstance(self.output_reserve, int) or self.output_reserve < 0:
-            raise ConfigurationError(
-                f"output_reserve must be an int >= 0, got {self.output_reserve!r}"
-            )
+        check_fields(self)
         if self.output_reserve >= self.context_window:
-            raise ConfigurationError(
-                f"output_reserve ({self.output_reserve}) must be smaller than "
-                f"context_window ({self.context_window})"
-            )
-        if not 0 < self.trigger <= 1:
-            raise ConfigurationError(f"trigger must be in (0, 1], got {self.trigger}")
-        if not 0 < self.target <= self.trigger:
-            raise ConfigurationError(
-                f"target must be in (0, trigger={self.trigger}], got {self.target}"
-            )
+            raise config_error("Budget", "output_reserve",
+                               f"smaller than context_window ({self.context_window})",
+                               self.output_reserve)
+        if self.target > self.trigger:
+            raise config_error("Budget", "target", f"in (0, trigger={self.trigger}]",
+                               self.target)
 
     @property
     def input_budget(self) -> int:

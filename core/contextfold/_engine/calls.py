@@ -29,8 +29,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Union
+from typing import Annotated, Any, Generic, TypeVar, Union
 
+from .._config import Ge, check
 from .._counting.budget import Budget
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
@@ -430,10 +431,7 @@ class Conversations(Generic[F]):
     """
 
     def __init__(self, make: Callable[[str], CallLoop[F]], max_conversations: int = 1024) -> None:
-        if not isinstance(max_conversations, int) or max_conversations < 1:
-            raise ConfigurationError(
-                f"max_conversations must be an int >= 1, got {max_conversations!r}"
-            )
+        check("Conversations", "max_conversations", max_conversations, Annotated[int, Ge(1)])
         self._make = make
         self.max_conversations = max_conversations
         self._loops: OrderedDict[str, CallLoop[F]] = OrderedDict()

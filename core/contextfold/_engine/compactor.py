@@ -40,8 +40,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
+from .._config import Ge, check
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
@@ -201,10 +202,7 @@ class Compactor:
             )
         if not isinstance(budget, Budget):
             raise ConfigurationError(f"budget must be a contextfold.Budget, got {budget!r}")
-        if on_summary_failure not in ("extractive", "notice"):
-            raise ConfigurationError(
-                f"on_summary_failure must be 'extractive' or 'notice', got {on_summary_failure!r}"
-            )
+        check("Compactor", "on_summary_failure", on_summary_failure, OnSummaryFailure)
         self.policy = policy
         self.budget = budget
         self.counter = counter or counter_for_model(budget.model)
@@ -246,10 +244,9 @@ class Compactor:
         estimate of the messages added since. A reported usage also means the request
         succeeded, which clears the forced-compaction guard.
         """
-        if not isinstance(input_tokens, int) or input_tokens < 0:
-            raise ConfigurationError(f"input_tokens must be an int >= 0, got {input_tokens!r}")
-        if output_tokens is not None and (not isinstance(output_tokens, int) or output_tokens < 0):
-            raise ConfigurationError(f"output_tokens must be an int >= 0, got {output_tokens!r}")
+        check("Compactor.observe_usage", "input_tokens", input_tokens, Annotated[int, Ge(0)])
+        check("Compactor.observe_usage", "output_tokens", output_tokens,
+              Annotated[int, Ge(0)] | None)
         self._known, self._since = input_tokens, 0
         self.last_output_tokens = output_tokens
         self._stalled = None
@@ -301,8 +298,7 @@ class Compactor:
     def limit_input(self, tokens: int) -> None:
         """Lower the input budget to at most ``tokens`` for this call and every later one
         (a provider stated a smaller window than the budget assumed). Never raises it."""
-        if not isinstance(tokens, int) or tokens < 1:
-            raise ConfigurationError(f"tokens must be an int >= 1, got {tokens!r}")
+        check("Compactor.limit_input", "tokens", tokens, Annotated[int, Ge(1)])
         if tokens < self.budget.input_budget:
             self.budget = replace(self.budget, context_window=tokens + self.budget.output_reserve)
 
@@ -321,8 +317,7 @@ class Compactor:
                 f"time ({before} -> {after} tokens); the context cannot shrink further"
             )
         tools = tools if tools is not None else self.tools
-        if not isinstance(extra_tokens, int) or extra_tokens < 0:
-            raise ConfigurationError(f"extra_tokens must be an int >= 0, got {extra_tokens!r}")
+        check("Compactor.compact", "extra_tokens", extra_tokens, Annotated[int, Ge(0)])
         fixed = self._fixed_tokens(tools) + extra_tokens
         prefix = self._prefix
         new = prefix.extension(messages) if fixed == prefix.fixed else None

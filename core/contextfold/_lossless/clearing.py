@@ -24,7 +24,9 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Annotated
 
+from .._config import Ge, check_fields
 from .._messages.model import Message
 from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from ..errors import ConfigurationError
@@ -52,18 +54,15 @@ class ClearToolResultsPass(SimplePolicy):
         ConfigurationError: a negative number, or ``exclude_tools`` given as one string.
     """
 
-    keep_last: int = 3
+    keep_last: Annotated[int, Ge(0)] = 3
     exclude_tools: Collection[str] = field(default_factory=tuple)
-    clear_at_least: int = 0
+    clear_at_least: Annotated[int, Ge(0)] = 0
     clear_tool_inputs: bool = False
-    trigger_tokens: int | None = None
+    trigger_tokens: Annotated[int, Ge(0)] | None = None
     name = "clear_tool_results"
 
     def __post_init__(self) -> None:
-        for attr in ("keep_last", "clear_at_least"):
-            _check_int(attr, getattr(self, attr))
-        if self.trigger_tokens is not None:
-            _check_int("trigger_tokens", self.trigger_tokens)
+        check_fields(self)
         if isinstance(self.exclude_tools, str):
             raise ConfigurationError("exclude_tools must be a collection of names, not a string")
         object.__setattr__(self, "exclude_tools", frozenset(self.exclude_tools))
@@ -142,7 +141,3 @@ class ClearToolResultsPass(SimplePolicy):
                                   None, handle))
         return targets
 
-
-def _check_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")

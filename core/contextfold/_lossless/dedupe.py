@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import Annotated
 
+from .._config import Ge, check_fields
 from .._messages.model import Message
 from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from ..errors import ConfigurationError
@@ -43,7 +45,7 @@ class DedupeSupersededPass(SimplePolicy):
     """
 
     tools: Collection[str] | None = None
-    min_chars: int = 0
+    min_chars: Annotated[int, Ge(0)] = 0
     name = "dedupe_superseded"
 
     def __post_init__(self) -> None:
@@ -51,9 +53,7 @@ class DedupeSupersededPass(SimplePolicy):
             raise ConfigurationError("tools must be a collection of names, not a string")
         if self.tools is not None:
             object.__setattr__(self, "tools", frozenset(self.tools))
-        if not isinstance(self.min_chars, int) or isinstance(self.min_chars, bool) \
-                or self.min_chars < 0:
-            raise ConfigurationError(f"min_chars must be an int >= 0, got {self.min_chars!r}")
+        check_fields(self)
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Point superseded results at the latest; the input itself when none is."""

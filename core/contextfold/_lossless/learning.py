@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any
 
+from .._config import Ge, check_fields
 from .._messages.model import Message
 from .._policies.contract import ConversationState
 from .._policies.importance import ImportanceScore, identifiers
-from ..errors import ConfigurationError
 from ..stores._tools import SearchToolSpec
 
 __all__ = ["LearnedImportance", "apply_learning", "learning_of", "record_searches"]
@@ -43,9 +43,9 @@ class LearnedImportance:
         max_identifiers: identifiers remembered (the oldest are forgotten first).
     """
 
-    tool_points: int = 20
-    identifier_points: int = 30
-    max_identifiers: int = 500
+    tool_points: Annotated[int, Ge(0)] = 20
+    identifier_points: Annotated[int, Ge(0)] = 30
+    max_identifiers: Annotated[int, Ge(0)] = 500
     tools: Counter[str] = field(default_factory=Counter)
     """Read-backs and search hits per tool name."""
     identifiers: OrderedDict[str, int] = field(default_factory=OrderedDict)
@@ -55,10 +55,7 @@ class LearnedImportance:
     _handle_tools: OrderedDict[str, str | None] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
-        for name in ("tool_points", "identifier_points", "max_identifiers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+        check_fields(self)
 
     def note_handle(self, handle: str, tool_name: str | None) -> None:
         """Remember which tool a handle's original came from (the driver calls this)."""

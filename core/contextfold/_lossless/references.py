@@ -31,11 +31,11 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard, Union
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, Union
 
+from .._config import Ge, check
 from .._messages.model import Message
 from .._policies.contract import Target
-from ..errors import ConfigurationError
 from ..stores._protocols import HistoryStore, ReferenceStore
 from ..stores._tools import SearchToolSpec
 
@@ -142,8 +142,7 @@ class ReferenceCache:
     """
 
     def __init__(self, capacity: int = DEFAULT_REFERENCE_CAPACITY) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ConfigurationError(f"capacity must be an int >= 1, got {capacity!r}")
+        check("ReferenceCache", "capacity", capacity, Annotated[int, Ge(1)])
         self.capacity = capacity
         self._items: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._expired: OrderedDict[tuple[str, str], None] = OrderedDict()

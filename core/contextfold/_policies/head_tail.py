@@ -7,8 +7,9 @@ model sees is the same everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from ..errors import ConfigurationError
+from .._config import Ge, Lt, check_fields, config_error
 
 __all__ = ["HeadTail", "truncate_head_tail", "truncation_label"]
 
@@ -17,27 +18,20 @@ __all__ = ["HeadTail", "truncate_head_tail", "truncation_label"]
 class HeadTail:
     """Proportional head and tail sizes (seed 004: 15% up to 6,000 chars, 8% up to 3,000)."""
 
-    head_ratio: float = 0.15
+    head_ratio: Annotated[float, Ge(0), Lt(1)] = 0.15
     """Share of the original kept at the start."""
-    head_cap: int = 6_000
+    head_cap: Annotated[int, Ge(0)] = 6_000
     """Most characters kept at the start."""
-    tail_ratio: float = 0.08
+    tail_ratio: Annotated[float, Ge(0), Lt(1)] = 0.08
     """Share of the original kept at the end."""
-    tail_cap: int = 3_000
+    tail_cap: Annotated[int, Ge(0)] = 3_000
     """Most characters kept at the end."""
 
     def __post_init__(self) -> None:
-        for name in ("head_ratio", "tail_ratio"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:
-                raise ConfigurationError(f"{name} must be in [0, 1), got {value}")
+        check_fields(self)
         if self.head_ratio + self.tail_ratio >= 1:
-            raise ConfigurationError(
-                f"head_ratio + tail_ratio must be < 1, got {self.head_ratio + self.tail_ratio}"
-            )
-        for name in ("head_cap", "tail_cap"):
-            if getattr(self, name) < 0:
-                raise ConfigurationError(f"{name} must be >= 0, got {getattr(self, name)}")
+            raise config_error("HeadTail", "head_ratio + tail_ratio", "< 1",
+                               self.head_ratio + self.tail_ratio)
 
     def sizes(self, length: int) -> tuple[int, int]:
         """Characters kept at the head and at the tail of a text of ``length`` characters."""

@@ -26,9 +26,10 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Annotated
 
+from .._config import Ge, check_fields, config_error
 from .._messages.model import Message
-from ..errors import ConfigurationError
 
 __all__ = [
     "ImportanceScore",
@@ -68,32 +69,26 @@ class ImportanceScore:
 class ImportanceWeights:
     """Points per factor (seed 002's defaults) and the time windows of the recency factor."""
 
-    decision_language: int = 50
-    tool_error: int = 40
-    tool_success: int = 30
-    explicit_high: int = 40
-    explicit_medium: int = 20
-    references: int = 20
-    very_recent: int = 15
-    recent: int = 5
-    task_content: int = 20
-    min_references: int = 2
+    decision_language: Annotated[int, Ge(0)] = 50
+    tool_error: Annotated[int, Ge(0)] = 40
+    tool_success: Annotated[int, Ge(0)] = 30
+    explicit_high: Annotated[int, Ge(0)] = 40
+    explicit_medium: Annotated[int, Ge(0)] = 20
+    references: Annotated[int, Ge(0)] = 20
+    very_recent: Annotated[int, Ge(0)] = 15
+    recent: Annotated[int, Ge(0)] = 5
+    task_content: Annotated[int, Ge(0)] = 20
+    min_references: Annotated[int, Ge(1)] = 2
     """Later messages that must refer to a message for the references factor."""
-    very_recent_seconds: float = 300.0
-    recent_seconds: float = 3600.0
+    very_recent_seconds: Annotated[float, Ge(0)] = 300.0
+    recent_seconds: Annotated[float, Ge(0)] = 3600.0
 
     def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if value < 0:
-                raise ConfigurationError(f"{name} must be >= 0, got {value}")
-        if self.min_references < 1:
-            raise ConfigurationError(f"min_references must be >= 1, got {self.min_references}")
+        check_fields(self)
         if self.very_recent_seconds > self.recent_seconds:
-            raise ConfigurationError(
-                f"very_recent_seconds ({self.very_recent_seconds}) must not exceed "
-                f"recent_seconds ({self.recent_seconds})"
-            )
+            raise config_error("ImportanceWeights", "very_recent_seconds",
+                               f"<= recent_seconds ({self.recent_seconds})",
+                               self.very_recent_seconds)
 
 
 DEFAULT_WEIGHTS = ImportanceWeights()

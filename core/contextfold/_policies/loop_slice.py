@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from .._config import Ge, check
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count
-from ..errors import BudgetExceededError, ConfigurationError
+from ..errors import BudgetExceededError
 from ..prompts._loader import TemporalContext
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import fits_budget, same, shrink_largest_first, squeeze, targets
@@ -135,14 +136,9 @@ class LoopSlicePolicy(SimplePolicy):
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
     ) -> None:
-        if not isinstance(max_context_messages, int) or max_context_messages < 1:
-            raise ConfigurationError(
-                f"max_context_messages must be an int >= 1, got {max_context_messages!r}"
-            )
-        if selection not in ("recency", "priority"):
-            raise ConfigurationError(
-                f"selection must be 'recency' or 'priority', got {selection!r}"
-            )
+        check("LoopSlicePolicy", "max_context_messages", max_context_messages,
+              Annotated[int, Ge(1)])
+        check("LoopSlicePolicy", "selection", selection, Literal["recency", "priority"])
         self.max_context_messages = max_context_messages
         self.nudges = nudges or NudgeConfig()
         self.swarm_id = swarm_id

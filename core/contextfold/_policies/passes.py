@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Annotated
 
+from .._config import NonBlank, check_fields
 from .._messages.model import ContentPart, ImagePart, Message, TextPart
 from ..errors import ConfigurationError
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
@@ -27,7 +29,7 @@ def strip_images(
     context: CompactionContext,
     *,
     roles: frozenset[str] = frozenset({"tool"}),
-    marker: str = IMAGE_MARKER,
+    marker: Annotated[str, NonBlank] = IMAGE_MARKER,
     keep_unseen: bool = True,
     keep: frozenset[int] = frozenset(),
 ) -> tuple[Sequence[Message], tuple[Target, ...]]:
@@ -87,7 +89,7 @@ class StripImagesPass(SimplePolicy):
     """
 
     roles: frozenset[str] = frozenset({"tool"})
-    marker: str = IMAGE_MARKER
+    marker: Annotated[str, NonBlank] = IMAGE_MARKER
     keep_unseen: bool = True
     name = "strip_images"
 
@@ -99,8 +101,7 @@ class StripImagesPass(SimplePolicy):
             raise ConfigurationError(
                 f"roles must be a non-empty subset of {sorted(_ROLES)}, got {sorted(roles)}"
             )
-        if not self.marker.strip():
-            raise ConfigurationError("marker must not be empty")
+        check_fields(self)
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Strip the images; the input itself when there is none to strip."""

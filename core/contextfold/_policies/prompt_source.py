@@ -38,8 +38,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
+from .._config import Ge, check_fields
 from .._messages.model import Message
 from ..errors import ConfigurationError
 from ..stores._protocols import BroadcastStore
@@ -87,7 +88,7 @@ class NudgeConfig:
 
     texts: tuple[str, ...] = (GENTLE, FIRM, URGENT)
     """Nudge texts by attempt: the first for the first nudge and so on; the last repeats."""
-    max_encouragements: int = 3
+    max_encouragements: Annotated[int, Ge(1)] = 3
     """Consecutive nudges after which the conversation turns idle."""
     search_guidance: str = "Context is limited - use search tools for older information."
     """Appended to the nudge when a policy enables ``include_search_guidance``."""
@@ -100,10 +101,7 @@ class NudgeConfig:
                 f"every nudge text must be a non-empty string, got {self.texts!r}"
             )
         object.__setattr__(self, "texts", tuple(self.texts))
-        if not isinstance(self.max_encouragements, int) or self.max_encouragements < 1:
-            raise ConfigurationError(
-                f"max_encouragements must be an int >= 1, got {self.max_encouragements!r}"
-            )
+        check_fields(self)
 
     @property
     def idle_reason(self) -> str:

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, tzinfo
+from typing import Annotated
 
+from .._config import Gt, Lt, NonBlank, check, config_error
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
-from ..errors import BudgetExceededError, ConfigurationError
+from ..errors import BudgetExceededError
 from ..prompts._loader import _local
 from .contract import (
     CompactionContext,
@@ -121,14 +123,12 @@ class SummaryPolicy:
         tz: tzinfo | None = None,
         shape: HeadTail | None = None,
     ) -> None:
-        if not 0 < recent_preserve_ratio < 1:
-            raise ConfigurationError(
-                f"recent_preserve_ratio must be in (0, 1), got {recent_preserve_ratio}"
-            )
+        check("SummaryPolicy", "recent_preserve_ratio", recent_preserve_ratio,
+              Annotated[float, Gt(0), Lt(1)])
         if reload_system_prompt is not None and not callable(reload_system_prompt):
-            raise ConfigurationError("reload_system_prompt must be callable or None")
-        if not instructions.strip():
-            raise ConfigurationError("instructions must not be empty")
+            raise config_error("SummaryPolicy", "reload_system_prompt", "callable or None",
+                               reload_system_prompt)
+        check("SummaryPolicy", "instructions", instructions, Annotated[str, NonBlank])
         self.recent_preserve_ratio = recent_preserve_ratio
         self.reload_system_prompt = reload_system_prompt
         self.instructions = instructions

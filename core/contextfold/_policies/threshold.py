@@ -64,12 +64,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Annotated
 
+from .._config import Ge, Gt, Le, NonBlank, check_fields
 from .._lossless.learning import learned_in
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
 from .._messages.structure import SYSTEM_ROLES, split_groups
-from ..errors import BudgetExceededError, ConfigurationError
+from ..errors import BudgetExceededError
 from .contract import (
     CompactionContext,
     PolicyOutcome,
@@ -155,37 +157,21 @@ class ThresholdPolicy:
         ConfigurationError: a value is out of range.
     """
 
-    protect_recent: int = 3
-    min_compaction_chars: int = 500
+    protect_recent: Annotated[int, Ge(0)] = 3
+    min_compaction_chars: Annotated[int, Ge(0)] = 500
     head_tail: HeadTail = field(default_factory=HeadTail)
-    summary_max_tokens: int = 2_000
-    summary_max_share: float = 0.2
+    summary_max_tokens: Annotated[int, Ge(1)] = 2_000
+    summary_max_share: Annotated[float, Gt(0), Le(1)] = 0.2
     strip_images: bool = True
-    instructions: str = THRESHOLD_INSTRUCTIONS
-    nudge: str = CONTINUATION_NUDGE
-    notice: str = COMPACTION_NOTICE
-    short_notice: str = SHORT_NOTICE
+    instructions: Annotated[str, NonBlank] = THRESHOLD_INSTRUCTIONS
+    nudge: Annotated[str, NonBlank] = CONTINUATION_NUDGE
+    notice: Annotated[str, NonBlank] = COMPACTION_NOTICE
+    short_notice: Annotated[str, NonBlank] = SHORT_NOTICE
     name = "threshold"
     always_run = False
 
     def __post_init__(self) -> None:
-        for attr in ("protect_recent", "min_compaction_chars"):
-            value = getattr(self, attr)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigurationError(f"{attr} must be an int >= 0, got {value!r}")
-        if not isinstance(self.head_tail, HeadTail):
-            raise ConfigurationError(f"head_tail must be a HeadTail, got {self.head_tail!r}")
-        if not isinstance(self.summary_max_tokens, int) or self.summary_max_tokens < 1:
-            raise ConfigurationError(
-                f"summary_max_tokens must be an int >= 1, got {self.summary_max_tokens!r}"
-            )
-        if not 0 < self.summary_max_share <= 1:
-            raise ConfigurationError(
-                f"summary_max_share must be in (0, 1], got {self.summary_max_share}"
-            )
-        for attr in ("instructions", "nudge", "notice", "short_notice"):
-            if not str(getattr(self, attr)).strip():
-                raise ConfigurationError(f"{attr} must not be empty")
+        check_fields(self)
 
     # -- the policy ------------------------------------------------------------------
 

@@ -41,8 +41,9 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+from .._config import Ge, Le, check_fields, config_error
 from .._lossless.learning import apply_learning, learned_in
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
@@ -112,18 +113,18 @@ class TieredPolicy:
         ConfigurationError: a value is out of range.
     """
 
-    residual_threshold: int = 60
-    residual_max_percent: float = 0.20
+    residual_threshold: Annotated[int, Ge(0)] = 60
+    residual_max_percent: Annotated[float, Ge(0), Le(1)] = 0.20
     residuals_enabled: bool = True
-    tier0_size: int = 10
-    tier1_size: int = 25
-    tier2_size: int = 50
+    tier0_size: Annotated[int, Ge(0)] = 10
+    tier1_size: Annotated[int, Ge(0)] = 25
+    tier2_size: Annotated[int, Ge(0)] = 50
     preservation: tuple[float, float, float] = (0.70, 0.40, 0.15)
     budget_allocation: bool = True
     tier_shares: tuple[float, float, float, float] = DEFAULT_TIER_SHARES
-    residual_budget_share: float = 0.20
-    safety_margin: int = 100
-    current_message_reserve: int = 50
+    residual_budget_share: Annotated[float, Ge(0), Le(1)] = 0.20
+    safety_margin: Annotated[int, Ge(0)] = 100
+    current_message_reserve: Annotated[int, Ge(0)] = 50
     weights: ImportanceWeights = DEFAULT_WEIGHTS
     keywords: tuple[str, ...] = ()
     instructions: tuple[str, str, str] = TIER_INSTRUCTIONS
@@ -131,23 +132,17 @@ class TieredPolicy:
     always_run = False
 
     def __post_init__(self) -> None:
-        check_int("residual_threshold", self.residual_threshold, 0)
-        for attr in ("tier0_size", "safety_margin", "current_message_reserve"):
-            check_int(attr, getattr(self, attr), 0)
+        check_fields(self)
+        sizes = (self.tier0_size, self.tier1_size, self.tier2_size)
         if not self.tier0_size <= self.tier1_size <= self.tier2_size:
-            raise ConfigurationError(
-                "tier sizes must satisfy tier0_size <= tier1_size <= tier2_size, got "
-                f"{self.tier0_size}, {self.tier1_size}, {self.tier2_size}"
-            )
-        for attr in ("residual_max_percent", "residual_budget_share"):
-            if not 0 <= getattr(self, attr) <= 1:
-                raise ConfigurationError(f"{attr} must be in [0, 1], got {getattr(self, attr)}")
+            raise config_error("TieredPolicy", "tier0_size, tier1_size, tier2_size",
+                               "ordered: tier0_size <= tier1_size <= tier2_size", sizes)
         if len(self.preservation) != 3 or any(not 0 < p <= 1 for p in self.preservation):
-            raise ConfigurationError(
-                f"preservation must be 3 values in (0, 1], got {self.preservation}"
-            )
+            raise config_error("TieredPolicy", "preservation", "3 values in (0, 1]",
+                               self.preservation)
         if len(self.instructions) != 3 or not all(str(i).strip() for i in self.instructions):
-            raise ConfigurationError("instructions must be 3 non-empty prompts (tiers 1-3)")
+            raise config_error("TieredPolicy", "instructions",
+                               "3 non-blank prompts (tiers 1-3)", self.instructions)
         allocate_budget(0, fixed={}, residual_tokens=0, tier_shares=self.tier_shares,
                         residual_share=self.residual_budget_share)  # validates the shares
         object.__setattr__(self, "keywords", tuple(self.keywords))
@@ -535,11 +530,6 @@ def tier_details(
         "tiers": tiers,
         "budget": budget,
     }
-
-def check_int(name: str, value: object, low: int) -> None:
-    """Raise ``ConfigurationError`` unless ``value`` is an int >= ``low``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
 
 def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
     """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to

@@ -38,11 +38,12 @@ from dataclasses import dataclass, replace
 from itertools import accumulate, pairwise
 from typing import Literal
 
+from .._config import check
 from .._counting.counters import TokenCounter
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
-from ..errors import BudgetExceededError, ConfigurationError
+from ..errors import BudgetExceededError
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from .fitting import shrink_message
 from .head_tail import HeadTail
@@ -50,7 +51,6 @@ from .head_tail import HeadTail
 __all__ = ["TruncationPolicy"]
 
 Strategy = Literal["oldest_first", "middle_out"]
-_STRATEGIES = ("oldest_first", "middle_out")
 _ROUNDS = 4  # water-filling rounds when cutting the last group's tool results
 _RETRIES = 3  # re-plans when a counter's totals are not the sum of its message counts
 
@@ -109,10 +109,7 @@ class TruncationPolicy(SimplePolicy):
     name = "truncation"
 
     def __init__(self, strategy: Strategy = "oldest_first", *, shape: HeadTail | None = None):
-        if strategy not in _STRATEGIES:
-            raise ConfigurationError(
-                f"strategy must be 'oldest_first' or 'middle_out', got {strategy!r}"
-            )
+        check("TruncationPolicy", "strategy", strategy, Strategy)
         self.strategy: Strategy = strategy
         self.shape = shape or HeadTail()
 

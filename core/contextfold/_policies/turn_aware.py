@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._config import check
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
-from ..errors import ConfigurationError
 from ..prompts._loader import TemporalContext
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import Fits, fits_budget, originals, same, shrink_largest_first, targets
@@ -150,8 +150,7 @@ class TurnAwarePolicy(SimplePolicy):
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
     ) -> None:
-        if nudges is not None and not isinstance(nudges, NudgeConfig):
-            raise ConfigurationError(f"nudges must be a NudgeConfig, got {type(nudges).__name__}")
+        check("TurnAwarePolicy", "nudges", nudges, NudgeConfig | None)
         self.nudges = nudges or NudgeConfig()
         self.swarm_id = swarm_id
         self.include_search_guidance = include_search_guidance

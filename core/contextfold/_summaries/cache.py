@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Protocol, runtime_checkable
+from typing import Annotated, Protocol, runtime_checkable
 
+from .._config import Ge, check
 from ..errors import ConfigurationError
 from ..stores._protocols import HistoryStore, SummaryStore
 
@@ -42,8 +43,7 @@ class LRUSummaryCache:
     """
 
     def __init__(self, maxsize: int = 1024) -> None:
-        if not isinstance(maxsize, int) or maxsize < 1:
-            raise ConfigurationError(f"maxsize must be an int >= 1, got {maxsize!r}")
+        check("LRUSummaryCache", "maxsize", maxsize, Annotated[int, Ge(1)])
         self.maxsize = maxsize
         self.hits = 0
         self.misses = 0

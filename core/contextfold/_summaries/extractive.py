@@ -22,7 +22,9 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
+from .._config import Ge, check
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
@@ -90,12 +92,8 @@ class ExtractiveSummarizer:
     def __init__(
         self, *, counter: TokenCounter | None = None, step_chars: int = 160, task_chars: int = 1200
     ) -> None:
-        from ..errors import ConfigurationError
-
-        if step_chars < 20 or task_chars < 20:
-            raise ConfigurationError(
-                f"step_chars and task_chars must be >= 20, got {step_chars} and {task_chars}"
-            )
+        check("ExtractiveSummarizer", "step_chars", step_chars, Annotated[int, Ge(20)])
+        check("ExtractiveSummarizer", "task_chars", task_chars, Annotated[int, Ge(20)])
         self.counter = counter
         self.step_chars = step_chars
         self.task_chars = task_chars

@@ -33,8 +33,9 @@ import concurrent.futures
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
+from .._config import Ge, Gt, check, check_fields
 from .._counting.counters import EstimatingCounter, TokenCounter
 from .._engine.overflow import error_kind
 from .._policies.contract import SummaryReply, SummaryRequest
@@ -62,15 +63,15 @@ class RetryPolicy:
     waiting 1, 2, 4, 8 s between them, at most 16 s). Use zero delays in tests:
     ``RetryPolicy(base_delay=0)``."""
 
-    max_attempts: int = 5
+    max_attempts: Annotated[int, Ge(1)] = 5
     """Calls per request before giving up, the first included."""
-    base_delay: float = 1.0
+    base_delay: Annotated[float, Ge(0)] = 1.0
     """Seconds to wait after the first failure."""
-    factor: float = 2.0
+    factor: Annotated[float, Ge(1)] = 2.0
     """Each wait is this many times the previous one."""
-    max_delay: float = 16.0
+    max_delay: Annotated[float, Ge(0)] = 16.0
     """The longest wait."""
-    timeout: float | None = None
+    timeout: Annotated[float, Gt(0)] | None = None
     """Seconds one call may take before it counts as failed (``None``: no limit)."""
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
     """How the sync driver waits."""
@@ -80,16 +81,7 @@ class RetryPolicy:
     """How the async driver waits."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        if self.base_delay < 0 or self.max_delay < 0:
-            raise ConfigurationError(
-                f"delays must be >= 0, got base_delay={self.base_delay}, max_delay={self.max_delay}"
-            )
-        if self.factor < 1:
-            raise ConfigurationError(f"factor must be >= 1, got {self.factor}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigurationError(f"timeout must be > 0 or None, got {self.timeout}")
+        check_fields(self)
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
@@ -157,10 +149,7 @@ class SummaryService:
         on_failure: OnSummaryFailure = "extractive",
         window: int | None = None,
     ) -> None:
-        if on_failure not in ("extractive", "notice"):
-            raise ConfigurationError(
-                f"on_summary_failure must be 'extractive' or 'notice', got {on_failure!r}"
-            )
+        check("SummaryService", "on_failure", on_failure, OnSummaryFailure)
         self.counter = counter or EstimatingCounter()
         self.fallback = ExtractiveSummarizer(counter=counter)
         self.summarizer: AnySummarizer = summarizer if summarizer is not None else self.fallback
