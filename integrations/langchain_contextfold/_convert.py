@@ -10,7 +10,7 @@ message's ``metadata`` under the reserved key :data:`LANGCHAIN_KEY` and is put b
 way out. A message a policy changed keeps its extras; a message a policy made (a summary,
 a nudge) becomes the plain LangChain class for its role.
 
-Prompt sources (seed 000) ride in ``additional_kwargs["contextfold"]``::
+Prompt sources ride in ``additional_kwargs["contextfold"]``::
 
     HumanMessage("Mine iron ore", additional_kwargs={"contextfold": {"source": "broadcast",
                                                                      "sender_id": ""}})
@@ -56,7 +56,7 @@ LANGCHAIN_KEY = "langchain"
 """The reserved ``Message.metadata`` key holding what only LangChain carries."""
 
 SOURCE_KEY = "contextfold"
-"""The ``additional_kwargs`` key holding prompt-source fields (seed 000)."""
+"""The ``additional_kwargs`` key holding prompt-source fields."""
 
 _CLASSES: dict[str, type[BaseMessage]] = {
     c.__name__: c

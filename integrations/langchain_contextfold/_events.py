@@ -3,7 +3,7 @@
 Each compaction that changed the model's input is sent as a custom event named
 :data:`COMPACTION_EVENT` whose data is the report as a JSON-safe dict, so it shows in
 ``astream_events`` (``event == "on_custom_event"``) and in LangSmith traces; an idle
-conversation (seed 001) is sent as :data:`IDLE_EVENT`. Inside a LangGraph graph the same
+conversation is sent as :data:`IDLE_EVENT`. Inside a LangGraph graph the same
 payload is also written to the ``"custom"`` stream as ``{COMPACTION_EVENT: payload}``.
 
 Outside a run with callbacks there is nobody to tell: emitting is then a no-op, never an
@@ -37,7 +37,7 @@ COMPACTION_EVENT = "contextfold_compaction"
 """The custom event name of a compaction."""
 
 IDLE_EVENT = "contextfold_idle"
-"""The custom event name of a conversation that went idle (seed 001)."""
+"""The custom event name of a conversation that went idle."""
 
 logger = logging.getLogger("contextfold")
 

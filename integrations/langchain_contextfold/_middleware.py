@@ -4,8 +4,8 @@ Built on ``wrap_model_call`` / ``awrap_model_call``: the agent's state keeps eve
 only the request the model receives is compacted (``request.override(messages=...)``).
 The system prompt and the tool definitions count against the budget. A context-overflow
 error from the model compacts with force and retries (at most twice). A conversation that
-went idle (seed 001: nudged repeatedly without a real user prompt) ends the loop: the
-model is not called and the agent receives an ``AIMessage`` without tool calls saying so.
+went idle (the message-format guarantee: nudged repeatedly without a real user prompt) ends the
+loop: the model is not called and the agent receives an ``AIMessage`` without tool calls saying so.
 
 Example::
 

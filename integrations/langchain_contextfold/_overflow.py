@@ -1,4 +1,5 @@
-"""Recognising a context-overflow error in LangChain (seed 004's third layer of defence).
+"""Recognising a context-overflow error in LangChain (the threshold design's third layer of
+defence).
 
 The rules live in the core (:func:`contextfold.integration.overflow_of`: OpenAI's
 ``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers'

@@ -1,4 +1,4 @@
-"""The history store's search tools as LangChain tools (seed 000's searchable memory).
+"""The history store's search tools as LangChain tools (the loop-slice design's searchable memory).
 
 Compaction hides old messages from the model; these tools let it find them again::
 

@@ -23,11 +23,11 @@ class ModelLimits:
     """Tokens kept free for the reply (0 where the provider counts output separately)."""
 
 
-# Prefixes matched longest first. Seed 004's table, plus the OpenAI, Anthropic, Google,
+# Prefixes matched longest first. The threshold design's table, plus the OpenAI, Anthropic, Google,
 # Mistral, Llama and Qwen families as their providers publish them.
 MODEL_LIMITS: Mapping[str, ModelLimits] = MappingProxyType(
     {
-        # seed 004
+        # the threshold design
         "deepseek-v4-pro": ModelLimits(1_000_000, 32_768),
         "claude-opus-4-6": ModelLimits(1_000_000, 0),
         "claude-sonnet-4-6": ModelLimits(1_000_000, 0),
@@ -109,7 +109,8 @@ class Budget:
     """How many tokens the model's input may take, and when compaction runs.
 
     ``input_budget = context_window - output_reserve``. Compaction triggers when the input
-    passes ``trigger`` of that budget and shrinks it to ``target`` (seed 004: 75% and 50%).
+    passes ``trigger`` of that budget and shrinks it to ``target`` (the threshold design: 75% and
+    50%).
     """
 
     context_window: Annotated[int, Ge(1)]

@@ -296,8 +296,8 @@ class TiktokenCounter(_BaseCounter):
 
 
 class EstimatingCounter(_BaseCounter):
-    """Estimates tokens from characters. Conservative by default (seed 004: 1.5 chars/token),
-    so it overcounts rather than letting a request overflow."""
+    """Estimates tokens from characters. Conservative by default (the threshold design: 1.5
+    chars/token), so it overcounts rather than letting a request overflow."""
 
     def __init__(self, chars_per_token: float = 1.5) -> None:
         if not chars_per_token > 0:

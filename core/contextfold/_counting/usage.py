@@ -1,4 +1,4 @@
-"""The usage breakdown an agent can read about its own context (seed 003)."""
+"""The usage breakdown an agent can read about its own context."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ __all__ = ["UsageBreakdown", "usage_of"]
 
 @dataclass(frozen=True, slots=True)
 class UsageBreakdown:
-    """Where the input's tokens go, against the budget (seed 003's ``get_token_usage``)."""
+    """Where the input's tokens go, against the budget (the context-manager design's
+    ``get_token_usage``)."""
 
     system_tokens: int
     """The system prompt: the system/developer messages that open the history."""

@@ -1,4 +1,4 @@
-"""Compaction events (seed 004's ``compaction.started`` and ``compaction.applied``).
+"""Compaction events (the threshold design's ``compaction.started`` and ``compaction.applied``).
 
 A :class:`~contextfold.Compactor` delivers them to its listeners: plain sync callables
 taking one event. A listener that raises is logged and skipped; it never breaks a
@@ -42,7 +42,7 @@ class CompactionStarted:
 
 @dataclass(frozen=True, slots=True)
 class CompactionApplied:
-    """Compaction changed the messages (seed 004's compaction card)."""
+    """Compaction changed the messages (the threshold design's compaction card)."""
 
     conversation_id: str | None
     """The conversation, when the compactor has an id."""
@@ -60,7 +60,8 @@ class CompactionApplied:
 
 @dataclass(frozen=True, slots=True)
 class ConversationIdle:
-    """The conversation went idle (seed 001: no response after repeated nudges)."""
+    """The conversation went idle (the message-format guarantee: no response after repeated
+    nudges)."""
 
     conversation_id: str | None
     """The conversation, when the compactor has an id."""

@@ -13,7 +13,7 @@ __all__ = ["CompactionReport", "CompactionResult"]
 
 @dataclass(frozen=True)
 class CompactionReport:
-    """Figures of one compaction (seed 004's compaction card)."""
+    """Figures of one compaction (the threshold design's compaction card)."""
 
     tokens_before: int
     """Input tokens (messages plus fixed parts) before compaction."""

@@ -1,8 +1,9 @@
-"""Deduplicate superseded tool results (seed 000's note on the old snapshot compaction).
+"""Deduplicate superseded tool results (the loop-slice design's note on the old snapshot
+compaction).
 
 An agent that polls state (``get_status``, ``get_cargo``, ``read_file`` of the same path)
-accumulates snapshots of which only the newest is current. Seed 000's earlier compaction
-"deduplicated redundant ``get_*`` tool results"; :class:`DedupeSupersededPass` does it
+accumulates snapshots of which only the newest is current. The loop-slice design's earlier
+compaction "deduplicated redundant ``get_*`` tool results"; :class:`DedupeSupersededPass` does it
 losslessly: an earlier successful result of the same tool called with the same arguments
 becomes a one-line pointer to the latest result, carrying a ``ctx_`` handle to its own
 original (kept by the driver, readable with ``read_original``).

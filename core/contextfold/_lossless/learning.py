@@ -1,4 +1,4 @@
-"""Importance that learns (seed 002's adaptive optimization), per conversation.
+"""Importance that learns (the tiered design's adaptive optimization), per conversation.
 
 When the agent reads a compacted original back (``read_original``) or a search hits
 content that compaction had hidden, that content was needed after all. We record the tool
@@ -8,7 +8,7 @@ conversation then scores similar content higher:
 * ``learned_tool`` (+20 by default): a tool result of a tool whose output was read back;
 * ``learned_identifier`` (+30): a message holding an identifier the agent read back.
 
-``TieredPolicy`` adds these points to seed 002's scores (so a tool result, 30 points,
+``TieredPolicy`` adds these points to the tiered design's scores (so a tool result, 30 points,
 becomes a residual at 60 and is kept verbatim); ``ThresholdPolicy`` truncates such
 messages last. The record lives in the conversation's state (one per ``Compactor``);
 ``as_dict()`` is what the compaction report shows under ``details["learned"]``.

@@ -1,6 +1,6 @@
-"""Context references (seed 002), made lossless: a handle to every compacted original.
+"""Context references, made lossless: a handle to every compacted original.
 
-Whatever a policy truncates, clears, drops or summarizes gets a stable handle, seed 002's
+Whatever a policy truncates, clears, drops or summarizes gets a stable handle, the tiered design's
 ``ctx_<hash>`` form: ``ctx_`` and the first 12 hex digits of a SHA-256 over the originals'
 fingerprints (content only, so the same original gets the same handle in every run). The
 policy writes the handle into the truncation label, the placeholder or the summary and
@@ -9,7 +9,7 @@ sets :attr:`Target.handle <contextfold.Target.handle>`; policies stay pure.
 The *driver* keeps the originals after each pass (:func:`persist_originals`): in the
 store when it has ``put_original`` (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``;
 kept until the conversation is cleared), else in a bounded in-memory
-:class:`ReferenceCache` (seed 002's LRU), one per ``Compactor`` and one module-level cache
+:class:`ReferenceCache` (the tiered design's LRU), one per ``Compactor`` and one module-level cache
 for plain ``compact()`` calls. Targets that share a handle (the members of one summary)
 are stored together as one transcript.
 
@@ -131,7 +131,7 @@ def handle_text(handle: str, context: CompactionContext) -> str:
 
 
 class ReferenceCache:
-    """Originals behind handles, in memory, least recently used evicted first (seed 002).
+    """Originals behind handles, in memory, least recently used evicted first.
 
     It has the store's ``put_original``/``get_original`` shape, scoped the same way by
     conversation. Evicted handles are remembered (up to ``4 * capacity`` of them) so a read

@@ -30,7 +30,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 """Who wrote a message. ``developer`` is OpenAI's newer name for a system message."""
 
 Source = str
-"""Where a message came from (seeds 000/001): ``"direct"``, ``"broadcast"``, ``"nudge"``,
+"""Where a message came from: ``"direct"``, ``"broadcast"``, ``"nudge"``,
 ``"summary"``, ``"system"``... Free text so applications can add their own."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -126,7 +126,7 @@ class Message:
     source: Source | None = None
     """Where the message came from: ``direct``, ``broadcast``, ``nudge``, ``summary``..."""
     sender_id: str | None = None
-    """Who sent a broadcast; empty string for the commander (seed 000)."""
+    """Who sent a broadcast; empty string for the commander."""
     created_at: datetime | None = None
     """When the message was created, when known."""
     metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)

@@ -2,9 +2,9 @@
 
 * A **group** is the smallest unit a policy may keep or drop: a standalone message, or an
   assistant message with tool calls together with the tool results that follow it. Keeping
-  or dropping whole groups never orphans a result or leaves a call unanswered (seed 003).
-* A **turn** starts at a user prompt and runs up to the next one (seed 000 v0.5).
-* A **tool loop** is one group that holds tool calls (seed 000's loop slice).
+  or dropping whole groups never orphans a result or leaves a call unanswered.
+* A **turn** starts at a user prompt and runs up to the next one.
+* A **tool loop** is one group that holds tool calls (the loop-slice design's loop slice).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The format guarantee (seed 001, made general): what a provider would reject.
+"""The message-format guarantee, made general: what a provider would reject.
 
 A valid sequence is ``[system...][user][assistant?][tool?]...``:
 
@@ -105,8 +105,8 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
     notes.
 
     A history with no user message at all keeps its assistant messages: no repair can
-    supply the prompt, and an autonomous agent's history (seed 001: nudges are never
-    stored) would otherwise lose all its work; a policy that supplies the prompt
+    supply the prompt, and an autonomous agent's history (the message-format guarantee: nudges are
+    never stored) would otherwise lose all its work; a policy that supplies the prompt
     (loop-slice's nudge) makes it valid.
     """
     if not validate(messages):

@@ -1,4 +1,4 @@
-"""Token budget allocation (seed 002): fixed parts first, then residuals, then the tiers.
+"""Token budget allocation: fixed parts first, then residuals, then the tiers.
 
     total = fixed parts + safety margin + residuals + tier 0 + tier 1 + tier 2 + tier 3
 
@@ -10,7 +10,7 @@
 5. a tier that needs less than its share gives the surplus to tier 0 (the most recent,
    uncompressed context).
 
-Seed 002's worked example (4,000 tokens, 1,050 fixed, 400 of residuals) gives tiers of
+The tiered design's worked example (4,000 tokens, 1,050 fixed, 400 of residuals) gives tiers of
 1,715 / 490 / 171 / 73 tokens and 97.5% utilization; a test reproduces it.
 """
 
@@ -26,12 +26,12 @@ from ..errors import ConfigurationError
 __all__ = ["DEFAULT_TIER_SHARES", "BudgetAllocation", "allocate_budget"]
 
 DEFAULT_TIER_SHARES = (0.70, 0.20, 0.07, 0.03)
-"""Seed 002's split of the conversation budget between tiers 0, 1, 2 and 3."""
+"""The tiered design's split of the conversation budget between tiers 0, 1, 2 and 3."""
 
 
 @dataclass(frozen=True)
 class BudgetAllocation:
-    """Where the tokens of a compacted prompt go (seed 002's ``TokenBudget``)."""
+    """Where the tokens of a compacted prompt go (the tiered design's ``TokenBudget``)."""
 
     total: int
     """The budget being allocated."""
@@ -98,7 +98,7 @@ def allocate_budget(
     residual_share: float = 0.20,
     tier_shares: Sequence[float] = DEFAULT_TIER_SHARES,
 ) -> BudgetAllocation:
-    """Split ``total`` tokens as seed 002's ``allocateTokenBudget`` does.
+    """Split ``total`` tokens as the tiered design's ``allocateTokenBudget`` does.
 
     Args:
         total: the token budget.
@@ -106,9 +106,9 @@ def allocate_budget(
         residual_tokens: what the residuals actually take.
         tier_needs: what tiers 1, 2 and 3 need at most; the surplus of their shares goes
             to tier 0. Without it nothing is redistributed.
-        safety_margin: tokens left free (seed 002: 100).
-        residual_share: the residuals' cap as a share of ``total`` (seed 002: 20%).
-        tier_shares: the split between tiers 0-3 (seed 002: 70/20/7/3).
+        safety_margin: tokens left free (the tiered design: 100).
+        residual_share: the residuals' cap as a share of ``total`` (the tiered design: 20%).
+        tier_shares: the split between tiers 0-3 (the tiered design: 70/20/7/3).
 
     Raises:
         ConfigurationError: shares out of range or not summing to at most 1.

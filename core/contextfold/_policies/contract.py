@@ -81,7 +81,7 @@ class SummaryReply:
     """What the driver sends back for a :class:`SummaryRequest`.
 
     ``text`` is ``None`` only when summarizing failed and no fallback was configured; the
-    policy then uses its failure notice (seed 004). A failed summarizer's error text never
+    policy then uses its failure notice. A failed summarizer's error text never
     becomes ``text``.
     """
 
@@ -95,7 +95,8 @@ class SummaryReply:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One message a policy changed, for reports and events (seed 004's compaction card)."""
+    """One message a policy changed, for reports and events (the threshold design's compaction
+    card)."""
 
     index: int
     """Position of the original in the policy's input."""
@@ -121,7 +122,7 @@ class ConversationState:
     """
 
     encouragement_count: int = 0
-    """Consecutive synthetic nudges sent without a real user prompt (seed 001)."""
+    """Consecutive synthetic nudges sent without a real user prompt."""
     idle: bool = False
     """True once the conversation went idle after too many nudges."""
     idle_reason: str | None = None
@@ -167,7 +168,7 @@ class CompactionContext:
 
     def input_tokens(self, messages: Sequence[Message]) -> int:
         """The decision figure for the policy's *input*: the larger of the estimate and the
-        calibrated ``known_tokens`` (seed 004, layer 2)."""
+        calibrated ``known_tokens`` (the threshold design, layer 2)."""
         estimate = self.measure(messages)
         return max(estimate, self.known_tokens) if self.known_tokens is not None else estimate
 

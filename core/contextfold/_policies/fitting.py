@@ -42,7 +42,7 @@ def fits_budget(context: CompactionContext) -> Fits:
 def shrink_message(
     message: Message, shape: HeadTail, max_chars: int | None = None, handle: str | None = None,
 ) -> Message:
-    """``message`` with its text cut head+tail (seed 004's label, naming ``handle`` when
+    """``message`` with its text cut head+tail (the threshold design's label, naming ``handle`` when
     given); non-text parts are replaced by a one-line note. Returns ``message`` itself when
     nothing would shrink."""
     if message.is_pinned:

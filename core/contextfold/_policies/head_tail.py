@@ -1,4 +1,4 @@
-"""Head+tail truncation of long text with a visible label (seed 004).
+"""Head+tail truncation of long text with a visible label.
 
 Shared by every policy that shrinks a message instead of dropping it, so the label the
 model sees is the same everywhere.
@@ -16,7 +16,8 @@ __all__ = ["HeadTail", "truncate_head_tail", "truncation_label"]
 
 @dataclass(frozen=True, slots=True)
 class HeadTail:
-    """Proportional head and tail sizes (seed 004: 15% up to 6,000 chars, 8% up to 3,000)."""
+    """Proportional head and tail sizes (the threshold design: 15% up to 6,000 chars, 8% up to
+    3,000)."""
 
     head_ratio: Annotated[float, Ge(0), Lt(1)] = 0.15
     """Share of the original kept at the start."""
@@ -42,7 +43,7 @@ class HeadTail:
 
 
 def truncation_label(original: int, head: int, tail: int, handle: str | None = None) -> str:
-    """The label placed between head and tail (seed 004), with a read-back handle if any."""
+    """The label placed between head and tail, with a read-back handle if any."""
     omitted = original - head - tail
     label = (
         f"[TRUNCATED — {original:,} chars original, {omitted:,} chars omitted, "

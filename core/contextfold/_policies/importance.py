@@ -1,4 +1,4 @@
-"""Importance scoring and keyword-preserving truncation (seed 002).
+"""Importance scoring and keyword-preserving truncation.
 
 Each message gets a score from 0 to 100 and the list of factors that made it, so a
 reviewer can see why a message was kept verbatim::
@@ -6,9 +6,9 @@ reviewer can see why a message was kept verbatim::
     >>> score_importance(Message(role="assistant", content="We decided to use OAuth 2.0."))
     ImportanceScore(score=50, factors=('decision_language',), is_residual=False)
 
-The factors and their default weights are seed 002's: decision language +50, tool error
+The factors and their default weights are the tiered design's: decision language +50, tool error
 +40, tool success +30, explicit importance high +40 / medium +20, two or more later
-references +20, age under 5 minutes +15 (under an hour +5), task content +20. Seed 002's
+references +20, age under 5 minutes +15 (under an hour +5), task content +20. The tiered design's
 own example adds up to 110; the score is capped at 100 so it stays on its scale (the
 residual decision is unaffected).
 
@@ -67,7 +67,8 @@ class ImportanceScore:
 
 @dataclass(frozen=True, slots=True)
 class ImportanceWeights:
-    """Points per factor (seed 002's defaults) and the time windows of the recency factor."""
+    """Points per factor (the tiered design's defaults) and the time windows of the recency
+    factor."""
 
     decision_language: Annotated[int, Ge(0)] = 50
     tool_error: Annotated[int, Ge(0)] = 40
@@ -196,14 +197,14 @@ def score_importance(
     threshold: int = 60,
     weights: ImportanceWeights = DEFAULT_WEIGHTS,
 ) -> ImportanceScore:
-    """The importance of one ``message`` (seed 002's ``scoreMessageImportance``).
+    """The importance of one ``message`` (the tiered design's ``scoreMessageImportance``).
 
     Args:
         message: the message to score.
         conversation: the whole conversation, for the references factor (the message is
             found in it by identity, else by equality; absent, it counts no references).
         now: the time for the recency factor; without it recency is not scored.
-        threshold: the score at which a message is a residual (seed 002: 60).
+        threshold: the score at which a message is a residual (the tiered design: 60).
         weights: the points per factor.
     """
     index = next((i for i, m in enumerate(conversation) if m is message), None)
@@ -219,11 +220,11 @@ def score_importance(
 
 
 def keyword_truncate(text: str, max_chars: int, keywords: Iterable[str] = ()) -> str:
-    """``text`` shortened to at most ``max_chars`` by keeping its best sentences (seed 002).
+    """``text`` shortened to at most ``max_chars`` by keeping its best sentences.
 
     Sentences (split at ``.``, ``!``, ``?`` and line breaks) score +10 per keyword they
     contain, +5 for decision language and +3 for importance markers; the best are kept,
-    in their original order (seed 002 keeps score order, which scrambles the text). When no
+    in their original order (the tiered design keeps score order, which scrambles the text). When no
     sentence fits, the start of the text is kept with ``...``.
     """
     if max_chars < 0:

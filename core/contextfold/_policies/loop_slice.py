@@ -1,4 +1,4 @@
-"""Loop slices: the system prompt, one prompt source and the latest tool loop (seed 000).
+"""Loop slices: the system prompt, one prompt source and the latest tool loop.
 
 Every request carries only three components, so the context stays small and stable
 however long the agent runs, while the full history stays in the store::
@@ -50,8 +50,8 @@ def fit_loop(
 ) -> tuple[list[Message], list[str]]:
     """Fit ``out`` = head (system block and prompt) + one tool loop into the budget.
 
-    Order: the loop's largest tool results are cut head+tail (seed 004's shape); then the
-    call's reasoning is cleared and every result is cut to the largest common size that
+    Order: the loop's largest tool results are cut head+tail (the threshold design's shape); then
+    the call's reasoning is cleared and every result is cut to the largest common size that
     fits; if even labels alone do not fit, the loop is dropped whole (never split).
 
     Raises:
@@ -81,11 +81,11 @@ def fit_loop(
 
 
 class LoopSlicePolicy(SimplePolicy):
-    """System prompt + the current prompt source + the latest tool loop (seed 000).
+    """System prompt + the current prompt source + the latest tool loop.
 
     The prompt source is chosen in the scan window (the last ``max_context_messages``
-    messages after the system block), with seed 001's sliding-window protection and, when
-    nothing is found, exactly one synthetic nudge (see ``prompt_source``).
+    messages after the system block), with the message-format guarantee's sliding-window protection
+    and, when nothing is found, exactly one synthetic nudge (see ``prompt_source``).
 
     This policy **updates** ``context.state`` (the per-conversation state the ``Compactor``
     keeps): a real prompt resets ``encouragement_count`` and clears ``idle``; a nudge
@@ -110,7 +110,7 @@ class LoopSlicePolicy(SimplePolicy):
         nudges: the nudge texts and the idle limit.
         swarm_id: the swarm whose commander broadcast a new agent inherits (store lookup).
         include_search_guidance: append ``nudges.search_guidance`` to each nudge.
-        selection: ``"recency"`` (the most recent real prompt in the window, seed 000's
+        selection: ``"recency"`` (the most recent real prompt in the window, the loop-slice design's
             turn boundary) or ``"priority"`` (the most recent prompt of the highest kind
             present: direct, then commander broadcast, then swarm broadcast).
         shape: head+tail proportions for cutting tool results.

@@ -1,8 +1,8 @@
 """Small reusable passes for a :class:`~contextfold.Pipeline`.
 
 A pass is a policy that never needs a summary: cheap, deterministic, pure. The first one
-is seed 004's step 1: images in tool results are the largest consumers of context and are
-of no use once the model has analysed them, so they are replaced by a one-line marker.
+is the threshold design's step 1: images in tool results are the largest consumers of context and
+are of no use once the model has analysed them, so they are replaced by a one-line marker.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 __all__ = ["IMAGE_MARKER", "StripImagesPass", "strip_images"]
 
 IMAGE_MARKER = "[Screenshot analyzed — image omitted from context]"
-"""The text seed 004 puts in place of stripped images (prepended once per message)."""
+"""The text the threshold design puts in place of stripped images (prepended once per message)."""
 
 _ROLES = frozenset({"user", "assistant", "tool"})
 
@@ -75,14 +75,15 @@ def _without_images(message: Message, marker: str) -> Message:
 
 @dataclass(frozen=True)
 class StripImagesPass(SimplePolicy):
-    """Replace analysed images with seed 004's marker (``"[Screenshot analyzed — ...]"``).
+    """Replace analysed images with the threshold design's marker (``"[Screenshot analyzed —
+    ...]"``).
 
     It does not look at the budget: whenever it runs, every analysed image goes (a message
     changes only once). Images the model has not seen yet (after the last assistant
     message) are kept, since the marker would say they were analysed.
 
     Args:
-        roles: the roles whose images are stripped; seed 004 strips tool results only,
+        roles: the roles whose images are stripped; the threshold design strips tool results only,
             leaving images the user sent.
         marker: the text put in their place.
         keep_unseen: keep images the model has not analysed yet.

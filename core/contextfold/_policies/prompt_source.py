@@ -1,10 +1,10 @@
-"""Prompt sources, synthetic nudges and the encouragement counter (seeds 000 and 001).
+"""Prompt sources, synthetic nudges and the encouragement counter.
 
 Every request needs a user message that drives the model: the *prompt source*. This
 module finds it and, when there is none, makes the one synthetic nudge. It is the only
-place in contextfold that creates nudges (seed 001: "one place, one time").
+place in contextfold that creates nudges (the message-format guarantee: "one place, one time").
 
-Prompt kinds, highest priority first (seed 000):
+Prompt kinds, highest priority first:
 
 1. ``direct``: a commander's direct message (``source="direct"``; a plain user message
    with no ``source`` counts as direct);
@@ -15,7 +15,8 @@ Prompt kinds, highest priority first (seed 000):
 User messages whose ``source`` is in :data:`NON_PROMPT_SOURCES` (earlier nudges, summaries,
 session markers) are context, not prompts.
 
-The search order of :func:`choose_prompt` (seed 001's sliding-window protection):
+The search order of :func:`choose_prompt` (the message-format guarantee's sliding-window
+protection):
 
 1. the scan window (the last ``max_context_messages`` of the history);
 2. the most recent real prompt before the window when nothing has answered it yet (a task
@@ -61,25 +62,25 @@ __all__ = [
 ]
 
 PromptKind = Literal["direct", "commander_broadcast", "swarm_broadcast", "nudge"]
-"""What drives the current turn, in seed 000's priority order."""
+"""What drives the current turn, in the loop-slice design's priority order."""
 
 GENTLE = "Continue your mission. Check notifications and coordinate with the swarm."
-"""Seed 000's first nudge."""
+"""The loop-slice design's first nudge."""
 FIRM = "You need to respond. Check your notifications and status."
-"""Seed 000's second nudge."""
+"""The loop-slice design's second nudge."""
 URGENT = "URGENT: Respond immediately. Check your system status."
-"""Seed 000's third nudge."""
+"""The loop-slice design's third nudge."""
 
 NON_PROMPT_SOURCES = frozenset({"nudge", "summary", "session", "system"})
 """User-message sources that never count as a real prompt: synthetic nudges (``"system"``
-is seed 000's own source for them), summaries and session markers."""
+is the loop-slice design's own source for them), summaries and session markers."""
 
 _PRIORITY: dict[str, int] = {"direct": 0, "commander_broadcast": 1, "swarm_broadcast": 2}
 
 
 @dataclass(frozen=True)
 class NudgeConfig:
-    """The synthetic nudge and the encouragement counter (seed 001).
+    """The synthetic nudge and the encouragement counter.
 
     Example::
 
@@ -146,8 +147,9 @@ def find_prompt(
 ) -> int | None:
     """Index of the prompt source in ``messages[start:]``, or ``None``.
 
-    ``"recency"``: the most recent real prompt (seed 000's ``findLastUserPromptIndex``).
-    ``"priority"``: the most recent prompt of the highest-priority kind present.
+    ``"recency"``: the most recent real prompt (the loop-slice design's
+    ``findLastUserPromptIndex``). ``"priority"``: the most recent prompt of the highest-priority
+    kind present.
     """
     best: int | None = None
     best_rank = len(_PRIORITY)
@@ -220,8 +222,8 @@ def make_nudge(
 
     Increments ``state.encouragement_count`` and turns the conversation idle at
     ``config.max_encouragements``. An idle conversation keeps its count and gets the last
-    text again (seed 001: idle with no prompt means no further action); the adapter is
-    expected to stop its loop on the idle event.
+    text again (the message-format guarantee: idle with no prompt means no further action); the
+    adapter is expected to stop its loop on the idle event.
     """
     if not state.idle:
         state.encouragement_count += 1

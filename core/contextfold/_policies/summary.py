@@ -1,12 +1,12 @@
-"""Summary compaction of NEXUS3's context manager (seed 003).
+"""Summary compaction of NEXUS3's context manager.
 
 When the context approaches capacity (the budget's trigger, or a forced run), the policy
 walks back from the newest message keeping whole groups until ``recent_preserve_ratio`` of
 the message budget is used, asks for ONE summary of everything older and returns::
 
-    [system prompt]            (optionally reloaded: seed 003's reload on compaction)
-    [CONTEXT SUMMARY] ...      a user message with seed 003's prefix and the time it was made
-    [pinned older groups]      kept verbatim, never folded into a summary
+    [system prompt]            (optionally reloaded: the context-manager design's reload on
+    compaction) [CONTEXT SUMMARY] ...      a user message with the context-manager design's prefix
+    and the time it was made [pinned older groups]      kept verbatim, never folded into a summary
     [preserved recent groups]
 
 The summary is a user message; the preserved part may start with any role after it.
@@ -52,7 +52,7 @@ SUMMARY_PREFIX = (
     "\n"
     "---\n"
 )
-"""Seed 003's marker and explanation, placed before every summary."""
+"""The context-manager design's marker and explanation, placed before every summary."""
 
 SUMMARY_INSTRUCTIONS = (
     "Summarize the conversation below so that it can replace these messages in the "
@@ -85,7 +85,7 @@ def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None) -
 
 
 class SummaryPolicy:
-    """LLM summary compaction with a preserved recent tail (seed 003).
+    """LLM summary compaction with a preserved recent tail.
 
     Runs when the input passes ``budget.trigger_tokens`` (or when forced) and returns the
     input itself otherwise. One :class:`SummaryRequest` (purpose ``"summary"``) covers every
@@ -104,8 +104,8 @@ class SummaryPolicy:
         recent_preserve_ratio: share of the message budget (the input budget less the
             system prompt and tool definitions) kept verbatim at the end, in (0, 1).
         reload_system_prompt: called on each compaction for a fresh system prompt
-            (seed 003 reloads the prompt files then); it replaces the first system message.
-            If it raises, the old prompt is kept and the report says why.
+            (the context-manager design reloads the prompt files then); it replaces the first
+            system message. If it raises, the old prompt is kept and the report says why.
         instructions: what the summarizer is asked for.
         tz: the zone of the summary's timestamp (default: the machine's local zone).
         shape: head+tail proportions for cutting tool results and the summary.

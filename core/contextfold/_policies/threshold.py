@@ -1,4 +1,4 @@
-"""Threshold compaction (seed 004): truncate stale content, add one structured summary.
+"""Threshold compaction: truncate stale content, add one structured summary.
 
 When the input passes ``budget.trigger`` (75%) the policy compacts it towards
 ``budget.target`` (50%) in five steps:
@@ -10,13 +10,13 @@ When the input passes ``budget.trigger`` (75%) the policy compacts it towards
    ``protect_recent`` messages of each role, error results, pinned messages and messages
    under ``min_compaction_chars``. Earlier summaries are *not* protected, so compaction
    is recursive;
-3. save the originals, then cut each target to its head and tail with seed 004's label;
+3. save the originals, then cut each target to its head and tail with the threshold design's label;
    truncated assistant messages lose their reasoning but keep their tool calls;
 4. ask for one summary of the originals (TASK, PROGRESS, REMAINING, DATA, DECISIONS);
 5. add a user message with the summary and the continuation nudge, or, when the summary
-   failed, seed 004's compaction notice.
+   failed, the threshold design's compaction notice.
 
-Degradation, when seed 004's protections do not leave room for the target (they assume a
+Degradation, when the threshold design's protections do not leave room for the target (they assume a
 window of a million tokens), in this order, each step only when the one before it does not
 reach the target with the summary's room:
 
@@ -33,7 +33,7 @@ their identifiers, and the store keeps the full history. When no step reaches th
 the least degraded one whose output fits the input budget with the summary's room is used,
 else the least degraded one that fits with the notice. When none fits, the first user
 message and the newest group are cut head+tail (their tool calls kept) to the largest
-common size that fits, with seed 004's notice or, when not even that fits, a
+common size that fits, with the threshold design's notice or, when not even that fits, a
 :data:`SHORT_NOTICE`: :class:`~contextfold.BudgetExceededError` is raised only when the
 system messages, those messages cut to their labels and the short notice do not fit.
 
@@ -42,8 +42,8 @@ input budget); a longer one (an LLM past its hint, or verification appending mis
 identifiers) is cut section by section, DATA last (:func:`fit_sections`), and replaced by
 the notice only when not even its headings fit.
 
-Where the summary goes: seed 004 pushes it onto the end. So do we, with two exceptions: a
-trailing user prompt (not a summary) stays last, with the summary just before it, so the
+Where the summary goes: the threshold design pushes it onto the end. So do we, with two exceptions:
+a trailing user prompt (not a summary) stays last, with the summary just before it, so the
 model answers the user rather than the notice; and when a later prompt than the first
 started the current turn, the summary of the earlier turns goes right before that prompt,
 so the current instruction is never followed by a restatement of older ones. Every place
@@ -51,7 +51,7 @@ is after a complete tool group, never between a call and its result. A user mess
 tool results is valid for every provider; the model reads it as "continue", which is the
 nudge's purpose.
 
-Seed 004's constants map as follows: ``CHARS_PER_TOKEN`` is the counter's
+The threshold design's constants map as follows: ``CHARS_PER_TOKEN`` is the counter's
 (``EstimatingCounter(1.5)``), ``COMPACTION_THRESHOLD`` and ``COMPACTION_TARGET`` are the
 budget's ``trigger`` and ``target``, ``PROTECT_RECENT`` and ``MIN_COMPACTION_SIZE`` are
 ``protect_recent`` and ``min_compaction_chars``, and ``HEAD_RATIO``/``HEAD_CAP``/
@@ -107,7 +107,7 @@ DECISIONS: Any decisions or confirmations made
 
 Copy every identifier, reference number, name and amount exactly as written."""
 
-"""Seed 004's five-section summary prompt."""
+"""The threshold design's five-section summary prompt."""
 
 CONTINUATION_NUDGE = (
     "[Status: Context was compacted. The messages above contain truncated versions of older "
@@ -115,7 +115,7 @@ CONTINUATION_NUDGE = (
     "Do NOT produce final output until ALL steps are complete. Do NOT re-do completed work.]"
 )
 
-"""Seed 004's continuation nudge, after the summary."""
+"""The threshold design's continuation nudge, after the summary."""
 
 COMPACTION_NOTICE = (
     "[Compaction Notice: Context was compacted by truncating older messages (showing first and "
@@ -124,20 +124,21 @@ COMPACTION_NOTICE = (
     "Continue where you left off. Do NOT produce final output until ALL steps are complete.]"
 )
 
-"""Seed 004's notice, used when no summary could be made."""
+"""The threshold design's notice, used when no summary could be made."""
 
 SHORT_NOTICE = (
     "[Older messages dropped to fit. Continue; do NOT finish before ALL steps are done.]"
 )
 
-"""The last resort, when not even seed 004's notice fits beside the messages kept: what
+"""The last resort, when not even the threshold design's notice fits beside the messages kept: what
 happened and the nudge's two points (continue; no final output before the end)."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
 
 @dataclass(frozen=True)
 class ThresholdPolicy:
-    """Seed 004's threshold compaction: head+tail truncation plus one structured summary.
+    """The threshold design's threshold compaction: head+tail truncation plus one structured
+    summary.
 
     Args:
         protect_recent: messages of each role (tool, assistant, user) kept verbatim at the end.
@@ -148,7 +149,7 @@ class ThresholdPolicy:
             target (what the plan leaves under the target is offered too, up to
             ``summary_max_tokens``).
         strip_images: remove analysed images from tool results first.
-        instructions: the summary prompt (seed 004's five sections).
+        instructions: the summary prompt (the threshold design's five sections).
         nudge: the text after the summary.
         notice: the message used when the summary failed.
         short_notice: the notice used when not even ``notice`` fits (tiny budgets).
@@ -196,7 +197,7 @@ class ThresholdPolicy:
     # -- planning --------------------------------------------------------------------
 
     def _levels(self) -> list[Level]:
-        """Seed 004's protections first, then the documented degradation, in order."""
+        """The threshold design's protections first, then the documented degradation, in order."""
         levels = [Level(f"protect_recent={r}" if r < self.protect_recent else "none", r)
                   for r in range(self.protect_recent, -1, -1)]
         levels.append(Level("cut_protected", 0, cut_protected=True))
@@ -285,8 +286,8 @@ class ThresholdPolicy:
         return plan
 
     def _notices(self, plan: Plan, context: CompactionContext) -> list[Message]:
-        """Seed 004's notice naming the dropped messages' handle, then with the handle alone,
-        then bare; then the short notice the same way, the last resort."""
+        """The threshold design's notice naming the dropped messages' handle, then with the handle
+        alone, then bare; then the short notice the same way, the last resort."""
         notes = fallback_notes(plan.note)
         return [*(self._summary_message(None, context, n) for n in notes),
                 *(summary_message(None, context, nudge=self.nudge, notice=self.short_notice,

@@ -1,4 +1,4 @@
-"""Tiered residual compaction (seed 002): important messages verbatim, older chatter shrinks.
+"""Tiered residual compaction: important messages verbatim, older chatter shrinks.
 
 When the input passes ``budget.trigger`` (or ``context.force``) the policy compacts it
 towards ``budget.target``:
@@ -23,7 +23,7 @@ towards ``budget.target``:
    tier 0 raw at the end.
 
 Budget the plan leaves under the target (tier 0 using less than its share) goes to the
-tier summaries, most recent tier first, each up to its preserved share: seed 002 gives the
+tier summaries, most recent tier first, each up to its preserved share: the tiered design gives the
 tiers' unused budget to tier 0, this gives tier 0's back, so a summary is not squeezed to
 its header while the budget sits unused.
 
@@ -67,7 +67,7 @@ from .prompt_source import open_request
 __all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "TieredPolicy"]
 
 ENV_PREFIX = "PROMPT_COMPACTION_"
-"""Seed 002's prefix of every variable."""
+"""The tiered design's prefix of every variable."""
 
 _EXACT = "Copy identifiers, reference numbers, names and amounts exactly as written."
 
@@ -82,22 +82,22 @@ TIER_INSTRUCTIONS = (
     "- What was this conversation about?\n- What was concluded or decided?\n"
     "- Any critical outcomes?\n" + _EXACT,
 )
-"""Seed 002's summarization strategy of tiers 1, 2 and 3."""
+"""The tiered design's summarization strategy of tiers 1, 2 and 3."""
 
 
 @dataclass(frozen=True)
 class TieredPolicy:
-    """Seed 002's importance-aware tiered compaction.
+    """The tiered design's importance-aware tiered compaction.
 
     Args:
-        residual_threshold: score at which a message is a residual (seed 002: 60).
+        residual_threshold: score at which a message is a residual (the tiered design: 60).
         residual_max_percent: most messages that may be residuals, as a share (0.20).
         residuals_enabled: extract residuals at all.
         tier0_size: recent messages kept raw (10).
         tier1_size: messages from the end up to which tier 1 reaches (25).
         tier2_size: messages from the end up to which tier 2 reaches (50); older is tier 3.
         preservation: share of detail kept by tiers 1-3 (0.70, 0.40, 0.15).
-        budget_allocation: allocate the budget between residuals and tiers (seed 002);
+        budget_allocation: allocate the budget between residuals and tiers;
             when off, summaries are sized by ``preservation`` alone and only the input
             budget is enforced.
         tier_shares: the split of the conversation budget between tiers 0-3 (70/20/7/3).
@@ -151,13 +151,13 @@ class TieredPolicy:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> TieredPolicy:
-        """A policy configured from seed 002's environment variables, then ``overrides``.
+        """A policy configured from the tiered design's environment variables, then ``overrides``.
 
         ``PROMPT_COMPACTION_RESIDUALS_ENABLED``, ``..._RESIDUAL_THRESHOLD``,
         ``..._RESIDUAL_MAX_PERCENT``, ``..._TIERED_ENABLED`` (false: every message older than
         tier 0 goes to one tier-1 summary), ``..._BUDGET_ENABLED``, and our
         ``..._TIER0_SIZE``, ``..._TIER1_SIZE``, ``..._TIER2_SIZE``. Unset variables keep
-        the defaults (seed 002 reads an unset flag as false; here it means "default").
+        the defaults (the tiered design reads an unset flag as false; here it means "default").
 
         Raises:
             ConfigurationError: a variable holds a value that does not parse or is out of
@@ -223,7 +223,7 @@ class TieredPolicy:
 
     def _share_slack(self, plan: TierPlan, slack: int) -> None:
         """Budget left under the target after the plan goes to the tier summaries, most
-        recent tier first, each up to its preserved share (seed 002 gives the tiers' unused
+        recent tier first, each up to its preserved share (the tiered design gives the tiers' unused
         budget to tier 0; this gives tier 0's unused budget back)."""
         for t in (1, 2, 3):
             if slack <= 0:

@@ -1,4 +1,5 @@
-"""Token-budget truncation over atomic groups (seed 003's ``oldest_first`` and ``middle_out``).
+"""Token-budget truncation over atomic groups (the context-manager design's ``oldest_first`` and
+``middle_out``).
 
 The history after the leading system messages is split into atomic groups (a standalone
 message, or an assistant message with its tool calls and their results), and whole groups
@@ -12,10 +13,10 @@ view of an invalid one first):
 
 * the leading system messages are kept, unchanged;
 * the most recent group is kept. When it cannot fit even alone, its largest tool results
-  are cut head+tail with seed 004's visible label (largest first, tighter and tighter)
+  are cut head+tail with the threshold design's visible label (largest first, tighter and tighter)
   instead of failing or splitting the group;
-* the first message after the system messages is a user message. Seed 003 keeps a suffix
-  of groups, which may start with an assistant tool loop of a long-running turn; a
+* the first message after the system messages is a user message. The context-manager design keeps a
+suffix of groups, which may start with an assistant tool loop of a long-running turn; a
   provider rejects an assistant message before any user message, and the tool loops
   answer that turn's request, so the turn's prompt (the nearest user message before the
   kept groups) is kept too and its tokens are reserved up front;
@@ -93,7 +94,7 @@ class _Plan:
 
 
 class TruncationPolicy(SimplePolicy):
-    """Drop whole groups of old messages until the history fits the budget (seed 003).
+    """Drop whole groups of old messages until the history fits the budget.
 
     Args:
         strategy: ``"oldest_first"`` keeps the newest groups that fit; ``"middle_out"``
@@ -381,8 +382,8 @@ def _water_level(sizes: Sequence[int], excess: int) -> int:
 def _cut(
     message: Message, goal: int, shape: HeadTail, count: Callable[[Message], int], ref: str,
 ) -> Message:
-    """``message`` cut head+tail to at most ``goal`` tokens: seed 004's proportions first,
-    then the largest ``max_chars`` that reaches the goal (bisection), else the label alone
+    """``message`` cut head+tail to at most ``goal`` tokens: the threshold design's proportions
+    first, then the largest ``max_chars`` that reaches the goal (bisection), else the label alone
     (the label names ``ref``, the original's handle)."""
     first = shrink_message(message, shape, handle=ref)
     if first is message or count(first) <= goal:

@@ -1,4 +1,4 @@
-"""Turn-aware composition: past turns compressed, the current turn complete (seed 000 v0.5).
+"""Turn-aware composition: past turns compressed, the current turn complete.
 
 ::
 
@@ -107,7 +107,7 @@ class _Plan:
 
 class TurnAwarePolicy(SimplePolicy):
     """System prompt + historical turns compressed to their latest loop + the current turn
-    complete (seed 000 v0.5).
+    complete.
 
     Over budget, it degrades in this order, stopping as soon as the output fits:
 
@@ -126,7 +126,8 @@ class TurnAwarePolicy(SimplePolicy):
 
     Like :class:`LoopSlicePolicy`, this policy **updates** ``context.state``: a real prompt
     resets the encouragement counter; a history with no real prompt (and no broadcast in
-    the store) gets seed 001's synthetic nudge as its prompt, which counts toward idle.
+    the store) gets the message-format guarantee's synthetic nudge as its prompt, which counts
+    toward idle.
 
     Args:
         nudges: the nudge texts and the idle limit.

@@ -1,4 +1,4 @@
-"""Content-hash summary caches: the same span is never summarized twice (seed 002).
+"""Content-hash summary caches: the same span is never summarized twice.
 
 Keys are :attr:`SummaryRequest.cache_key` (a hash of the messages' fingerprints, the
 instructions and the size hint). :class:`LRUSummaryCache` keeps recent summaries in memory

@@ -1,6 +1,7 @@
-"""The extractive summarizer: seed 004's structured summary without an LLM.
+"""The extractive summarizer: the threshold design's structured summary without an LLM.
 
-Deterministic and linear in the input. It writes the sections of seed 004 plus the errors::
+Deterministic and linear in the input. It writes the sections of the threshold design plus the
+errors::
 
     TASK: the latest user request (the conversation's open one when the policy names it),
           then the earlier requests as items, newest first (at most three)
@@ -8,7 +9,7 @@ Deterministic and linear in the input. It writes the sections of seed 004 plus t
     REMAINING: what the latest request asks that has no result yet (best effort; says so);
                never "none" while the conversation's latest request is unanswered
     DATA: every identifier of the originals, verbatim
-    DECISIONS: sentences with decision language (seed 002)
+    DECISIONS: sentences with decision language
     ERRORS: failed tool steps
 
 A summary made earlier (by this summarizer or an LLM following the same sections) that is
@@ -38,7 +39,8 @@ SECTIONS = ("TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")
 DECISION_LANGUAGE = re.compile(
     r"\b(decided|concluded|agreed|will do|won't do|determined|resolved|confirmed)\b", re.I
 )
-"""Seed 002's decision language (with "confirmed", seed 004's DECISIONS example)."""
+"""The tiered design's decision language (with "confirmed", the threshold design's DECISIONS
+example)."""
 
 _ERROR_START = re.compile(r"^\s*(?:error|exception|traceback|failed|fatal)\b", re.I)
 _HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):\s?(.*)$")
@@ -77,7 +79,7 @@ def _is_summary(message: Message) -> bool:
 
 
 class ExtractiveSummarizer:
-    """Seed 004's structured summary, made without an LLM.
+    """The threshold design's structured summary, made without an LLM.
 
     The default summarizer when none is given, and the fallback when an LLM summarizer
     fails. ``request.max_tokens`` is respected roughly: PROGRESS is trimmed first, then

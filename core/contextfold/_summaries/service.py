@@ -59,7 +59,7 @@ _PUNCTUATION = ".,;:!?()[]{}<>\"'`*"
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently a failing summarizer is retried (seed 004: 5 tries,
+    """How often and how patiently a failing summarizer is retried (the threshold design: 5 tries,
     waiting 1, 2, 4, 8 s between them, at most 16 s). Use zero delays in tests:
     ``RetryPolicy(base_delay=0)``."""
 

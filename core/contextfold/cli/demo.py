@@ -1,6 +1,6 @@
 """``contextfold demo``: an offline agent run through the LangChain adapter.
 
-Seed 004's briefing task: read every unread e-mail of two accounts (43 long e-mails by
+The threshold design's briefing task: read every unread e-mail of two accounts (43 long e-mails by
 default) and write a briefing with every reference number. A scripted tool-calling model
 plays the agent, the extractive summarizer writes the summaries, the full history goes to
 a SQLite file under the data directory. It prints progress while it runs, then a per-step

@@ -1,6 +1,6 @@
 """The demo's world: a mailbox of long unread e-mails and the tools that read it.
 
-Modelled on seed 004's briefing task: search two accounts, read every unread e-mail
+Modelled on the threshold design's briefing task: search two accounts, read every unread e-mail
 (each several thousand characters with a reference number that the final briefing
 needs), then write the briefing. Deterministic: the same seed gives the same mailbox.
 """

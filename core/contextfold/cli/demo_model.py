@@ -2,8 +2,8 @@
 
 It acts only on what it can *see*: it learns the accounts and e-mail ids from the visible
 context (tool results, or a compaction summary's DATA), counts an e-mail as read when it
-sees its own ``read_email`` call, reads unread ones in batches of 15 (seed 004's batching
-instruction) and finally writes a briefing with every reference number it can see. When
+sees its own ``read_email`` call, reads unread ones in batches of 15 (the threshold design's
+batching instruction) and finally writes a briefing with every reference number it can see. When
 compaction loses track of something, the demo shows it: re-reads, or missing references.
 """
 

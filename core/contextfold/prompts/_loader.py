@@ -1,4 +1,4 @@
-"""Layered system prompts and temporal context (seed 003).
+"""Layered system prompts and temporal context.
 
 * :class:`PromptLoader` combines a personal prompt file (the first that exists of several
   candidates), a project prompt file and the environment facts into one system prompt with
@@ -118,7 +118,7 @@ class LoadedPrompt:
 
 
 class PromptLoader:
-    """Loads the layered system prompt of seed 003.
+    """Loads the layered system prompt of the context-manager design.
 
     Args:
         personal: candidate personal prompt files; the first that exists wins
@@ -183,7 +183,7 @@ class PromptLoader:
 
 
 class TemporalContext(SimplePolicy):
-    """Writes the current date and time into the system prompt on every build (seed 003).
+    """Writes the current date and time into the system prompt on every build.
 
     The ``Current date: ..., Current time: ... (local)`` line of the first system message is
     replaced, or appended when missing; with no system message one is added. As a pass it

@@ -1,6 +1,6 @@
 """A prompt segment registry: conditional system-prompt parts under a token budget.
 
-Seed 002's example 3 (progressive disclosure): the system prompt is assembled from
+The tiered design's example 3 (progressive disclosure): the system prompt is assembled from
 segments, each included only when its condition holds for the current context
 (``has_error_occurred``, ``is_multi_agent``...), and when the budget is short the
 lower-priority segments switch to their condensed variants, then are left out::

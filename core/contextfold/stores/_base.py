@@ -2,18 +2,18 @@
 
 A history store keeps every message of every conversation, in order, forever (until
 ``clear``). Compaction only changes what the model sees; the store is where the agent
-finds what compaction left out (seed 000: "full memory in SQLite").
+finds what compaction left out (the loop-slice design: "full memory in SQLite").
 
 Capabilities are separate protocols so a user's own store needs only the part it uses:
 
 - ``HistoryStore``: ``append``, ``load``, ``load_recent``, ``system_message``, ``clear``.
 - ``SearchableStore``: ``search_messages``, ``search_reasoning``, ``get_message``.
 - ``BroadcastStore``: ``broadcast``, ``most_recent_broadcast``, ``search_broadcasts``,
-  ``join_swarm`` (seed 001).
+  ``join_swarm``.
 - ``SummaryStore``: ``get_summary``, ``put_summary`` (the compactor's summary cache).
 - ``ReferenceStore``: ``put_original``, ``get_original`` (full text behind a handle).
 
-Broadcasts (seed 001) are stored twice on purpose: once in the swarm's broadcast log (so
+Broadcasts are stored twice on purpose: once in the swarm's broadcast log (so
 ``search_broadcasts`` and the commander fallback see them) and once in each recipient's own
 history as a user message with ``source="broadcast"`` (so each agent's memory holds what it
 was told, in order). With ``recipients=None`` the recipients are the conversations that
@@ -99,7 +99,7 @@ class BaseStore(ABC):
     """Shared logic of contextfold's own stores; backends implement the ``_`` primitives.
 
     Argument checking, query parsing, handle scoping, the broadcast fan-out and the
-    seed 001 fallback live here once, so every backend behaves the same.
+    the message-format guarantee fallback live here once, so every backend behaves the same.
     """
 
     # -- HistoryStore -------------------------------------------------------------------
@@ -187,7 +187,7 @@ class BaseStore(ABC):
     ) -> Message:
         """Store a broadcast and append it to each recipient's history, in one transaction.
 
-        ``sender_id=""`` marks the commander (seed 000). ``recipients=None`` means every
+        ``sender_id=""`` marks the commander. ``recipients=None`` means every
         conversation that joined the swarm; explicit recipients join it. Returns the stored
         user message (``source="broadcast"``).
         """
@@ -210,7 +210,7 @@ class BaseStore(ABC):
     ) -> Message | None:
         """This conversation's latest broadcast, else the latest commander broadcast.
 
-        The fallback (seed 001) looks in ``swarm_id`` when given, else in every swarm the
+        The fallback looks in ``swarm_id`` when given, else in every swarm the
         conversation joined: a new agent inherits the swarm's current mission.
         """
         _check_id("conversation_id", conversation_id)

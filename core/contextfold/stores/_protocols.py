@@ -94,7 +94,7 @@ class HistoryStore(Protocol):
 
 @runtime_checkable
 class SearchableStore(Protocol):
-    """Full-text search over one conversation's messages and reasoning (seed 000)."""
+    """Full-text search over one conversation's messages and reasoning."""
 
     def search_messages(
         self, conversation_id: str, query: str, limit: int = 20
@@ -115,7 +115,7 @@ class SearchableStore(Protocol):
 
 @runtime_checkable
 class BroadcastStore(Protocol):
-    """Swarm broadcasts with the commander fallback of seed 001."""
+    """Swarm broadcasts with the commander fallback of the message-format guarantee."""
 
     def join_swarm(self, conversation_id: str, swarm_id: str) -> None:
         """Record that the conversation belongs to the swarm."""

@@ -1,4 +1,4 @@
-"""Framework-neutral search tools over a store (seed 000's ``zoea_search_*`` tools).
+"""Framework-neutral search tools over a store (the loop-slice design's ``zoea_search_*`` tools).
 
 ``search_tools(store, conversation_id)`` returns one ``SearchToolSpec`` per tool: a name,
 a description for the model, a JSON schema of the arguments and a plain callable returning
@@ -30,7 +30,7 @@ SEARCH_GUIDANCE = (
     "(your earlier thinking) with a few keywords, then read_message with a result's handle "
     "to see the whole message."
 )
-"""System-prompt text telling the model the search tools exist (seed 000)."""
+"""System-prompt text telling the model the search tools exist."""
 
 MAX_LIMIT = 50
 """The most results one tool call returns."""

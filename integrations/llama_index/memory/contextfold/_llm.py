@@ -4,7 +4,7 @@ LlamaIndex agents keep a run's tool calls and results in a scratchpad that bypas
 memory, so memory alone cannot bound a long run. Wrapping the LLM can: every ``chat`` /
 ``achat`` / ``stream_chat`` / ``astream_chat`` (and so every ``*_chat_with_tools``, which
 LlamaIndex routes through them) passes its messages through a Compactor first, with the
-tool definitions counted. Seed 004's three layers:
+tool definitions counted. The threshold design's three layers:
 
 1. the estimate decides before the call (incremental: a step counts only new messages);
 2. the provider's reported usage (``prompt_tokens``) calibrates the next decision;
