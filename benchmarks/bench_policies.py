@@ -126,7 +126,8 @@ def speed_rows(quick: bool) -> list[dict[str, Any]]:
                    repeat=repeat)
     variants: list[tuple[str, cf.TokenCounter, str]] = [
         ("policy alone, tiktoken", exact, "policy"),
-        ("policy alone, estimate counter (seed 004, 1.5 chars/token)", cf.EstimatingCounter(1.5),
+        ("policy alone, estimate counter (the threshold design, 1.5 chars/token)",
+        cf.EstimatingCounter(1.5),
          "policy"),
         ("compact() with the extractive summarizer, tiktoken", exact, "compact"),
     ]

@@ -3,7 +3,7 @@
 Run: python cookbook/reading_events.py
 
 A Compactor (one per conversation) tells its listeners when a pass starts and what it
-changed (seed 004's compaction card: targets with original and new sizes, tokens saved,
+changed (the threshold design's compaction card: targets with original and new sizes, tokens saved,
 duration); `observe_usage` calibrates it on what the provider billed. In an agent, call
 `compactor.compact(history)` before each model call and `observe_usage` after it.
 """

@@ -1,4 +1,4 @@
-"""Search tools: the agent looks up what compaction left out (seed 000).
+"""Search tools: the agent looks up what compaction left out.
 
 Run: python cookbook/search_tools.py
 

@@ -6,7 +6,7 @@ latest tool loop), call the model, store the reply and the tool results. Nothing
 store holds history, so the context stays a handful of messages however long the agent
 runs, and the full history stays searchable.
 
-What it shows (seeds 000 and 001):
+What it shows:
 
 * the commander's broadcast keeps an agent running long after it left the 20-message scan
   window (the policy finds it again: sliding-window protection);
@@ -45,7 +45,7 @@ def scripted_model(context: list[cf.Message], step: int) -> cf.Message | None:
     """Scans a sector when it has a mission; gives no response when it is only nudged."""
     prompt = next(m for m in context if m.role == "user")
     if prompt.source == "nudge":
-        return None  # a model that fails to respond (seed 000: "failed to respond")
+        return None  # a model that fails to respond (the loop-slice design: "failed to respond")
     call = cf.ToolCall(f"scan-{step}", "scan_sector", json.dumps({"sector": step}))
     return cf.Message("assistant", f"Scanning sector {step}.", tool_calls=(call,))
 

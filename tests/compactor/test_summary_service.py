@@ -53,7 +53,7 @@ def test_retries_with_exponential_backoff_until_success() -> None:
     reply = service.answer(_request("Book flight HAT001"))
     assert reply.text == SUMMARY and reply.origin == "summarizer"
     assert s.calls == 4 and service.llm_calls == 4
-    assert sleeps.sync == [1.0, 2.0, 4.0]  # seed 004: 1 s, 2 s, 4 s...
+    assert sleeps.sync == [1.0, 2.0, 4.0]  # the threshold design: 1 s, 2 s, 4 s...
     assert service.details()["retries"] == 3
 
 

@@ -193,7 +193,7 @@ def test_image_tokens_add_to_the_message(counter: cf.TokenCounter) -> None:
 
 def test_estimator_is_conservative_by_default() -> None:
     est = cf.EstimatingCounter()
-    assert est.count_text("x" * 300) == 200  # 1.5 chars per token (seed 004)
+    assert est.count_text("x" * 300) == 200  # 1.5 chars per token
     assert est.count_text("abcd") == 3  # rounded up
     assert est.count_text("") == 0
     assert cf.EstimatingCounter(4).count_text("x" * 10) == 3

@@ -1,4 +1,4 @@
-"""TruncationPolicy (seed 003): whole groups dropped, system and last group kept, a user
+"""TruncationPolicy: whole groups dropped, system and last group kept, a user
 message first, the last group cut head+tail only when it alone is too big."""
 
 from __future__ import annotations

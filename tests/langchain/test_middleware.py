@@ -109,7 +109,7 @@ async def test_async_overflow_is_retried() -> None:
 
 
 def test_idle_conversation_ends_the_agent_loop() -> None:
-    """No real prompt in sight (seed 001): two nudged calls, then the loop ends."""
+    """No real prompt in sight: two nudged calls, then the loop ends."""
     mw = middleware(cf.LoopSlicePolicy(max_context_messages=3))
     handler = Handler()
     history = loop_history(3, prompt=False)

@@ -140,7 +140,7 @@ def test_a_pipeline_of_lossless_passes_keeps_every_original_readable() -> None:
     assert result.report.targets
 
 
-# -- prompt segments (seed 002, example 3) ------------------------------------------------
+# -- prompt segments (the tiered design, example 3) ------------------------------------------------
 
 SEGMENTS = [
     PromptSegment("core-framework", "Core rules. " * 20, priority=100, required=True),

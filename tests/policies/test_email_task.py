@@ -1,4 +1,4 @@
-"""Seed 004's e-mail briefing, end to end: 43 long e-mails read in batches through the
+"""The threshold design's e-mail briefing, end to end: 43 long e-mails read in batches through the
 Compactor with ThresholdPolicy and the extractive summarizer, on a small budget.
 
 Each e-mail hides its reference number in the middle of a 5,000-character body, where

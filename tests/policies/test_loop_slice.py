@@ -1,4 +1,4 @@
-"""LoopSlicePolicy: system + one prompt source + the latest complete tool loop (seed 000)."""
+"""LoopSlicePolicy: system + one prompt source + the latest complete tool loop."""
 
 from __future__ import annotations
 

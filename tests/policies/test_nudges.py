@@ -1,4 +1,4 @@
-"""Nudges, the encouragement counter, idle and sliding-window protection (seed 001),
+"""Nudges, the encouragement counter, idle and sliding-window protection,
 through the ``Compactor`` that keeps the conversation's state."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def idle_events(events):
     return [e for e in events if isinstance(e, cf.ConversationIdle)]
 
 
-# -- seed 001's truth table ----------------------------------------------------------
+# -- the message-format guarantee's truth table
+# ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def test_nudges_are_never_stored_nor_added_to_the_input(counter):
 
 
 def _mission_then_work(store: cf.MemoryStore, conv: str) -> None:
-    """Seed 001's example: a broadcast, then 8 iterations of 3 messages (24 in all)."""
+    """The message-format guarantee's example: a broadcast, then 8 iterations of 3 messages (24 in
+    all)."""
     store.append(conv, [M("system", "You are a mysis.")])
     store.broadcast("swarm-1", "Explore the universe!", recipients=[conv])
     for k in range(8):
@@ -146,7 +148,8 @@ def test_broadcast_pushed_out_of_the_window_by_24_messages(counter):
     _mission_then_work(store, "mysis-1")
     full = store.load("mysis-1")
     assert len(full) == 26
-    recent = [full[0], *store.load_recent("mysis-1", 20)]  # seed 000: system + recent 20
+    # the loop-slice design: the system prompt + the recent 20
+    recent = [full[0], *store.load_recent("mysis-1", 20)]
     assert all(m.source != "broadcast" for m in recent)
     c, events = compactor(counter, store=store)
     for _ in range(4):
@@ -162,7 +165,7 @@ def test_without_the_store_the_same_window_goes_idle(counter):
     _mission_then_work(store, "mysis-1")
     full = store.load("mysis-1")
     recent = [full[0], *store.load_recent("mysis-1", 20)]
-    c, events = compactor(counter)  # the bug seed 001 describes
+    c, events = compactor(counter)  # the bug the message-format guarantee describes
     for _ in range(3):
         c.compact(recent)
     assert c.state.idle

@@ -1,4 +1,4 @@
-"""Layered prompt loading, temporal context and the session marker (seed 003)."""
+"""Layered prompt loading, temporal context and the session marker."""
 
 from __future__ import annotations
 

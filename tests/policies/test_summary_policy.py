@@ -1,4 +1,4 @@
-"""SummaryPolicy: one LLM summary of the older part, a preserved recent tail (seed 003)."""
+"""SummaryPolicy: one LLM summary of the older part, a preserved recent tail."""
 
 from __future__ import annotations
 

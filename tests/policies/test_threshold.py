@@ -1,4 +1,4 @@
-"""ThresholdPolicy (seed 004): trigger, target passes, truncation, summary, nudge, degradation."""
+"""ThresholdPolicy: trigger, target passes, truncation, summary, nudge, degradation."""
 
 from __future__ import annotations
 
@@ -302,7 +302,7 @@ def test_drops_oldest_unprotected_groups_when_truncation_is_not_enough(
 
 
 def test_protections_degrade_in_order_when_they_do_not_fit(counter: cf.TokenCounter) -> None:
-    # A huge task and two huge results in half their size: seed 004's protections (first
+    # A huge task and two huge results in half their size: the threshold design's protections (first
     # user message, last 3 of each role) cannot fit, so the policy degrades to cutting the
     # first user message and the newest group head+tail instead of failing.
     history = [cf.Message(role="user", content=words(20_000, "task"))]
@@ -345,7 +345,8 @@ def test_the_short_notice_is_the_last_resort(counter: cf.TokenCounter) -> None:
     short = cf.Message(role="user", content=SHORT_NOTICE, source="summary")
     seed = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
     window = counter.count_messages([*floor, short]) + 5
-    assert counter.count_messages([*floor, seed]) > window  # seed 004's notice cannot fit
+    # the threshold design's notice cannot fit
+    assert counter.count_messages([*floor, seed]) > window
     outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
     assert counter.count_messages(outcome.messages) <= window
     assert cf.validate(outcome.messages) == []
@@ -401,7 +402,7 @@ def test_constants_are_configurable(counter: cf.TokenCounter) -> None:
 
 
 def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
-    """Seed 004's protections, computed independently of the policy."""
+    """The threshold design's protections, computed independently of the policy."""
     ids: set[str] = set()
     users = [m for m in messages if m.role == "user"]
     if users:
@@ -465,7 +466,7 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
 def test_protections_degrade_only_when_they_do_not_fit(
     counter: cf.TokenCounter, history: list[cf.Message], share: float
 ) -> None:
-    # Sufficient condition for seed 004's behaviour: when the protected messages alone
+    # Sufficient condition for the threshold design's behaviour: when the protected messages alone
     # (their groups hold nothing else), plus generous room for the summary message, fit
     # the target, nothing protected is touched.
     keep = protected_ids(history)

@@ -1,4 +1,4 @@
-"""TieredPolicy (seed 002): scoring, residuals, tiers, budget allocation, env configuration."""
+"""TieredPolicy: scoring, residuals, tiers, budget allocation, env configuration."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def test_seed_examples_score_as_documented() -> None:
         metadata={"importance": "high"}, created_at=NOW - timedelta(seconds=30),
     )
     score = score_importance(decision, now=NOW)
-    # seed 002: 50 + 40 + 15 = 105 (its example says 110 with +20 for recency), capped at 100
+    # the tiered design: 50 + 40 + 15 = 105 (its example says 110 with +20 for recency), capped at
+    # 100
     assert score.score == 100 and score.is_residual
     assert score.factors == ("decision_language", "explicit_high_importance", "very_recent")
     hello = cf.Message(role="user", content="Hello, how are you?",
@@ -306,7 +307,7 @@ def test_budget_left_under_the_target_goes_to_the_tier_summaries(
     policy = cf.TieredPolicy(residuals_enabled=False)
     _, requests = drive(policy, history, context_for(counter, window, force=True))
     tier1 = next(r for r in requests if r.purpose == "tier1")
-    share = int(cf.Budget(context_window=window).target_tokens * 0.20)  # seed 002's split
+    share = int(cf.Budget(context_window=window).target_tokens * 0.20)  # the tiered design's split
     assert tier1.max_tokens is not None and tier1.max_tokens > share
     assert tier1.max_tokens <= 0.7 * counter.count_messages(tier1.messages)
 

@@ -1,4 +1,4 @@
-"""TurnAwarePolicy: historical turns compressed, the current turn complete (seed 000 v0.5)."""
+"""TurnAwarePolicy: historical turns compressed, the current turn complete."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def compact(messages, budget=BIG, counter=None, policy=None):
 
 
 def seed_example():
-    """Seed 000's example: one historical turn, then a multi-step current turn."""
+    """The loop-slice design's example: one historical turn, then a multi-step current turn."""
     system = M("system", "You are an agent.")
     old = [M("user", "old question"), *loop("c1", "result_1"), *loop("c2", "result_2"),
            M("assistant", "old answer")]

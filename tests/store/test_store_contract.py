@@ -22,7 +22,8 @@ def _conv() -> str:
 
 
 def _turn(i: int) -> list[cf.Message]:
-    """One agent iteration (seed 001's example): a tool call, its result, a remark."""
+    """One agent iteration (the message-format guarantee's example): a tool call, its result, a
+    remark."""
     call = cf.ToolCall(id=f"call-{i}", name="navigate", arguments=f'{{"step": {i}}}')
     return [
         cf.Message("assistant", "", tool_calls=(call,), reasoning=f"step {i} of the route"),
@@ -232,7 +233,7 @@ def test_summary_cache_round_trips_and_replaces(store: BaseStore) -> None:
     assert store.get_summary(key) == "second"
 
 
-# -- broadcasts (seed 001) ------------------------------------------------------------------
+# -- broadcasts ------------------------------------------------------------------
 
 
 def test_broadcast_is_stored_per_recipient_as_a_user_message(store: BaseStore) -> None:
@@ -253,7 +254,8 @@ def test_broadcast_is_stored_per_recipient_as_a_user_message(store: BaseStore) -
 
 
 def test_broadcast_pushed_out_of_the_window_is_still_found(store: BaseStore) -> None:
-    """Seed 001 ``TestBroadcastSlidingWindowBug``: 1 broadcast + 24 messages, window 20."""
+    """The message-format guarantee ``TestBroadcastSlidingWindowBug``: 1 broadcast + 24 messages,
+    window 20."""
     swarm, agent = _conv(), _conv()
     store.join_swarm(agent, swarm)
     sent = store.broadcast(swarm, "Explore the universe!")
@@ -266,7 +268,7 @@ def test_broadcast_pushed_out_of_the_window_is_still_found(store: BaseStore) -> 
 
 
 def test_new_agent_inherits_the_swarm_commander_broadcast(store: BaseStore) -> None:
-    """Seed 001 ``TestNewMysisInheritsGlobalBroadcast``."""
+    """The message-format guarantee ``TestNewMysisInheritsGlobalBroadcast``."""
     swarm, old, late = _conv(), _conv(), _conv()
     store.join_swarm(old, swarm)
     mission = store.broadcast(swarm, "Explore the universe!")
