@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +26,11 @@ os.environ.setdefault("CONTEXTFOLD_OFFLINE", "1")
 
 TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces")
 
+# Test helper packages (the OpenAI-compatible server) live beside the test folders.
+sys.path.insert(0, os.path.dirname(__file__))
+# The real HTTP clients must reach only the loopback server, never a proxy.
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+
 
 @pytest.fixture(scope="session")
 def counter() -> cf.TokenCounter:
@@ -41,3 +48,21 @@ def traces_dir() -> str:
             pytest.fail(f"shared traces not found at {path}")
         pytest.skip(f"shared traces not found at {path}")
     return path
+
+
+@pytest.fixture
+def openai_server() -> Iterator[Callable[..., object]]:
+    """Starts OpenAI-compatible servers on loopback (``tests/openai_server``) and stops them
+    after the test: ``server = openai_server(window=16_384, responder=agent)``."""
+    from openai_server import OpenAIServer
+
+    started: list[OpenAIServer] = []
+
+    def start(**kwargs: object) -> OpenAIServer:
+        server = OpenAIServer(**kwargs).__enter__()  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.__exit__(None, None, None)
