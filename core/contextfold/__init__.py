@@ -26,6 +26,7 @@ from ._engine.events import CompactionApplied, CompactionStarted, ConversationId
 from ._engine.result import CompactionReport, CompactionResult
 from ._lossless.clearing import ClearToolResultsPass
 from ._lossless.dedupe import DedupeSupersededPass
+from ._lossless.ledger import Ledger
 from ._messages.anthropic import from_anthropic, to_anthropic
 from ._messages.model import ImagePart, Message, TextPart, ToolCall
 from ._messages.openai import from_openai, to_openai
@@ -62,6 +63,7 @@ __all__ = [
     "EstimatingCounter",
     "ExtractiveSummarizer",
     "ImagePart",
+    "Ledger",
     "LoopSlicePolicy",
     "MemoryStore",
     "Message",

@@ -9,6 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._lossless.ledger import LEDGER_HEADER
 from contextfold._policies.fitting import shrink_message
 from contextfold._policies.head_tail import truncation_label
 from contextfold._policies.threshold import (
@@ -215,7 +216,10 @@ def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> N
     assert last.text.endswith(f"\n\n{CONTINUATION_NUDGE}")
     dropped = {t.handle for t in outcome.targets if t.method == "dropped"}
     assert len(dropped) <= 1 and all(h is not None and h in last.text for h in dropped)
-    assert outcome.messages[-2].role == "tool"
+    # The ledger of what was cut sits just before the summary, after the newest group.
+    ledger = outcome.messages[-2]
+    assert ledger.source == "ledger" and ledger.text.startswith(LEDGER_HEADER)
+    assert outcome.messages[-3].role == "tool"
     assert cf.validate(outcome.messages) == []
 
 

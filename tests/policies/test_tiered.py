@@ -151,7 +151,8 @@ def test_tiers_by_recency_each_with_its_own_instructions(counter: cf.TokenCounte
     assert requests[0].messages == tuple(history[35:50])
     kinds = [m.metadata.get("tier") for m in outcome.messages]
     assert kinds[:3] == [3, 2, 1]
-    assert outcome.messages[3:] == history[-10:]
+    assert outcome.messages[3].source == "ledger"  # what the tiers took out, item by item
+    assert outcome.messages[4:] == history[-10:]
     assert all(m.source == "summary" and m.role == "user" for m in outcome.messages[:3])
     assert outcome.details["tiers"] == {"tier0": 10, "tier1": 15, "tier2": 25, "tier3": 10}
 
@@ -209,7 +210,10 @@ def test_metrics_and_budget_report(counter: cf.TokenCounter) -> None:
     outcome, _ = drive(cf.TieredPolicy(), history, context_for(counter, window))
     d = outcome.details
     assert d["original_tokens"] == counter.count_messages(history)
-    assert d["compressed_tokens"] == counter.count_messages(outcome.messages)
+    # The tiers' metrics describe the tiered part; the ledger beside it is reported apart.
+    tiered = [m for m in outcome.messages if m.source != "ledger"]
+    assert d["compressed_tokens"] == counter.count_messages(tiered)
+    assert outcome.details["ledger"]["entries"] >= 1
     assert d["ratio"] == round(d["compressed_tokens"] / d["original_tokens"], 4) < 1
     budget = d["budget"]
     assert budget["total"] == cf.Budget(context_window=window).target_tokens

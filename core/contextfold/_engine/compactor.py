@@ -47,6 +47,7 @@ from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
+from .._lossless.ledger import with_handles
 from .._lossless.references import ReferenceCache, default_references, persist_originals
 from .._messages.model import Message
 from .._messages.validation import repair, validate
@@ -58,6 +59,7 @@ from .._policies.contract import (
     PolicyRun,
     SummaryReply,
     SummaryRequest,
+    Target,
 )
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
@@ -433,13 +435,16 @@ class Compactor:
                 needed=tokens_after, available=self.budget.input_budget,
             )
         messages = out if isinstance(out, list) else list(out)
+        targets = outcome.targets
+        if out is not view:  # everything left out gets a handle, whichever policy left it
+            targets = with_handles(view, messages, targets, self.counter)
         report = CompactionReport(
             tokens_before=context.measure(original),
             tokens_after=tokens_after,
             messages_before=len(original),
             messages_after=len(messages),
             method=outcome.method,
-            targets=outcome.targets,
+            targets=targets,
             llm_calls=service.llm_calls,
             duration=time.perf_counter() - plan.started,
             forced=plan.force,
@@ -450,7 +455,7 @@ class Compactor:
                 "summary": service.details(),
                 "known_tokens": plan.known,
                 "incremental": plan.new_tokens is not None,
-                **self._keep_originals(view, outcome),
+                **self._keep_originals(view, targets),
                 "usage": self._usage(messages, tokens_after, plan.fixed),
             },
         )
@@ -479,10 +484,12 @@ class Compactor:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _keep_originals(self, view: Sequence[Message], outcome: PolicyOutcome) -> dict[str, Any]:
-        """Keep the originals behind the outcome's handles; the report's figures."""
+    def _keep_originals(
+        self, view: Sequence[Message], targets: Sequence[Target]
+    ) -> dict[str, Any]:
+        """Keep the originals behind the targets' handles; the report's figures."""
         kept = persist_originals(
-            view, outcome.targets, store=self.store, cache=self.references,
+            view, targets, store=self.store, cache=self.references,
             conversation_id=self.conversation_id, learning=learning_of(self._state),
         )
         learned = learned_in(self._state)

@@ -212,16 +212,34 @@ class Policy(Protocol):
 
 
 class SimplePolicy:
-    """Base for policies that never need a summary: implement ``apply``."""
+    """Base for policies that never need a summary: implement ``apply``.
+
+    A subclass whose ``ledger`` is set records what ``apply`` removed or cut in the
+    compaction ledger (:class:`contextfold.Ledger`).
+    """
 
     name: str = "simple"
     always_run: bool = False
+    ledger: Ledger | None = None
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Return the outcome for ``messages``."""
         raise NotImplementedError
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        """Run ``apply``; never yields."""
+        """Run ``apply`` (within the ledger when the policy keeps one); never yields."""
+        if self.ledger is not None:
+            from .._lossless.ledger import run_with_ledger
+
+            return (yield from run_with_ledger(self._applied, messages, context, self.ledger))
         return self.apply(messages, context)
         yield  # pragma: no cover - makes this a generator
+
+    def _applied(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        return self.apply(messages, context)
+        yield  # pragma: no cover - makes this a generator
+
+
+# Imported last: the ledger module builds on the contract above, and SimplePolicy's
+# ``ledger`` annotation must resolve at run time (configuration checks read it).
+from .._lossless.ledger import Ledger  # noqa: E402

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from .._config import Ge, check
+from .._lossless.ledger import Ledger
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count
 from ..errors import BudgetExceededError
@@ -135,9 +136,12 @@ class LoopSlicePolicy(SimplePolicy):
         selection: Literal["recency", "priority"] = "recency",
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         check("LoopSlicePolicy", "max_context_messages", max_context_messages,
               Annotated[int, Ge(1)])
+        check("LoopSlicePolicy", "ledger", ledger, Ledger | None)
+        self.ledger = ledger
         check("LoopSlicePolicy", "selection", selection, Literal["recency", "priority"])
         self.max_context_messages = max_context_messages
         self.nudges = nudges or NudgeConfig()

@@ -71,7 +71,7 @@ FIRM = "You need to respond. Check your notifications and status."
 URGENT = "URGENT: Respond immediately. Check your system status."
 """The loop-slice design's third nudge."""
 
-NON_PROMPT_SOURCES = frozenset({"nudge", "summary", "session", "system"})
+NON_PROMPT_SOURCES = frozenset({"nudge", "summary", "session", "system", "ledger"})
 """User-message sources that never count as a real prompt: synthetic nudges (``"system"``
 is the loop-slice design's own source for them), summaries and session markers."""
 

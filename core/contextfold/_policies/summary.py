@@ -20,6 +20,7 @@ from datetime import datetime, tzinfo
 from typing import Annotated
 
 from .._config import Gt, Lt, NonBlank, check, config_error
+from .._lossless.ledger import Ledger, run_with_ledger
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError
@@ -122,6 +123,7 @@ class SummaryPolicy:
         instructions: str = SUMMARY_INSTRUCTIONS,
         tz: tzinfo | None = None,
         shape: HeadTail | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         check("SummaryPolicy", "recent_preserve_ratio", recent_preserve_ratio,
               Annotated[float, Gt(0), Lt(1)])
@@ -129,6 +131,8 @@ class SummaryPolicy:
             raise config_error("SummaryPolicy", "reload_system_prompt", "callable or None",
                                reload_system_prompt)
         check("SummaryPolicy", "instructions", instructions, Annotated[str, NonBlank])
+        check("SummaryPolicy", "ledger", ledger, Ledger | None)
+        self.ledger = ledger
         self.recent_preserve_ratio = recent_preserve_ratio
         self.reload_system_prompt = reload_system_prompt
         self.instructions = instructions
@@ -136,7 +140,14 @@ class SummaryPolicy:
         self.shape = shape or HeadTail()
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        """Summarize the older part when the trigger is reached (one request at most)."""
+        """Summarize the older part when the trigger is reached (one request at most),
+        recording what was summarized in the compaction ledger when ``ledger`` is set."""
+        if self.ledger is None:
+            return (yield from self._run(messages, context))
+        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
+                                          reserve=False))  # its target leaves the room
+
+    def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages, method="none")
         n_sys = leading_system_count(messages)

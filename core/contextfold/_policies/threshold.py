@@ -68,6 +68,7 @@ from typing import Annotated
 
 from .._config import Ge, Gt, Le, NonBlank, check_fields
 from .._lossless.learning import learned_in
+from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
 from .._messages.structure import SYSTEM_ROLES, split_groups
@@ -153,6 +154,7 @@ class ThresholdPolicy:
         nudge: the text after the summary.
         notice: the message used when the summary failed.
         short_notice: the notice used when not even ``notice`` fits (tiny budgets).
+        ledger: the compaction ledger's settings; ``None`` keeps no ledger.
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -168,6 +170,7 @@ class ThresholdPolicy:
     nudge: Annotated[str, NonBlank] = CONTINUATION_NUDGE
     notice: Annotated[str, NonBlank] = COMPACTION_NOTICE
     short_notice: Annotated[str, NonBlank] = SHORT_NOTICE
+    ledger: Ledger | None = field(default_factory=Ledger)
     name = "threshold"
     always_run = False
 
@@ -177,7 +180,14 @@ class ThresholdPolicy:
     # -- the policy ------------------------------------------------------------------
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        """Compact when the input passes the trigger (or ``context.force``)."""
+        """Compact when the input passes the trigger (or ``context.force``), recording what
+        was cut or dropped in the compaction ledger (unless ``ledger`` is ``None``)."""
+        if self.ledger is None:
+            return (yield from self._run(messages, context))
+        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
+                                          reserve=False))  # its target leaves the room
+
+    def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         before = context.input_tokens(messages)
         if not context.force and before <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages)

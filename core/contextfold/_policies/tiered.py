@@ -45,6 +45,7 @@ from typing import Annotated, Any
 
 from .._config import Ge, Le, check_fields, config_error
 from .._lossless.learning import apply_learning, learned_in
+from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
@@ -108,6 +109,7 @@ class TieredPolicy:
         keywords: words the no-LLM truncation must try to keep (identifiers of the tier
             are always added).
         instructions: the summary prompts of tiers 1-3.
+        ledger: the compaction ledger's settings; ``None`` keeps no ledger.
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -128,6 +130,7 @@ class TieredPolicy:
     weights: ImportanceWeights = DEFAULT_WEIGHTS
     keywords: tuple[str, ...] = ()
     instructions: tuple[str, str, str] = TIER_INSTRUCTIONS
+    ledger: Ledger | None = field(default_factory=Ledger)
     name = "tiered"
     always_run = False
 
@@ -170,7 +173,15 @@ class TieredPolicy:
     # -- the policy ------------------------------------------------------------------
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        """Compact when the input passes the trigger (or ``context.force``)."""
+        """Compact when the input passes the trigger (or ``context.force``), recording what
+        was cut, dropped or summarized in the compaction ledger (unless ``ledger`` is
+        ``None``)."""
+        if self.ledger is None:
+            return (yield from self._run(messages, context))
+        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
+                                          reserve=False))  # its target leaves the room
+
+    def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages)
         plan = self._plan(messages, context)

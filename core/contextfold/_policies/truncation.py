@@ -41,6 +41,7 @@ from typing import Literal
 
 from .._config import check
 from .._counting.counters import TokenCounter
+from .._lossless.ledger import Ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
@@ -109,8 +110,13 @@ class TruncationPolicy(SimplePolicy):
 
     name = "truncation"
 
-    def __init__(self, strategy: Strategy = "oldest_first", *, shape: HeadTail | None = None):
+    def __init__(
+        self, strategy: Strategy = "oldest_first", *, shape: HeadTail | None = None,
+        ledger: Ledger | None = None,
+    ):
         check("TruncationPolicy", "strategy", strategy, Strategy)
+        check("TruncationPolicy", "ledger", ledger, Ledger | None)
+        self.ledger = ledger
         self.strategy: Strategy = strategy
         self.shape = shape or HeadTail()
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._config import check
+from .._lossless.ledger import Ledger
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..prompts._loader import TemporalContext
@@ -150,8 +151,11 @@ class TurnAwarePolicy(SimplePolicy):
         include_search_guidance: bool = False,
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         check("TurnAwarePolicy", "nudges", nudges, NudgeConfig | None)
+        check("TurnAwarePolicy", "ledger", ledger, Ledger | None)
+        self.ledger = ledger
         self.nudges = nudges or NudgeConfig()
         self.swarm_id = swarm_id
         self.include_search_guidance = include_search_guidance

@@ -1,0 +1,321 @@
+"""The compaction ledger: a compact, deterministic record of what compaction took out of view.
+
+Summaries lose the artifact trail first (which tools ran with which arguments, which ids,
+codes, paths and amounts came back, what the user corrected). The ledger keeps it without an
+LLM: one line per removed or cut item, each with the handle of its original, in one user
+message that every later compaction merges into, never re-summarizes::
+
+    [Compaction ledger: what was taken out of view; read_original(handle) returns the full text]
+    - read_document({"number": 5}) -> REF-7Q2K-0005, 2026-03-01 [ctx_1a2b3c4d5e6f]
+    - user: Use the corporate card ending in 9725, not the personal one. [ctx_0f9e8d7c6b5a]
+    - decided: We will ship the order on Monday. [ctx_9a8b7c6d5e4f]
+
+It has its own share of the budget (:attr:`Ledger.share`, 5% by default); the policy it
+wraps compacts into the rest. When the entries outgrow that share, the least used go first
+(an entry is used when its identifiers appear again in what stays in view): a count says
+how many were shed, and the full history still holds them (searchable in the store).
+
+:func:`run_with_ledger` wraps any policy's run: it takes the previous ledger out of the
+input, runs the policy with the ledger's room reserved, records what the policy removed or
+cut, and puts the merged ledger back just before the newest group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from .._config import Ge, Gt, Le, check_fields
+from .._messages.model import Message
+from .._messages.structure import leading_system_count, split_groups
+from .._policies.contract import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    Target,
+)
+from .._summaries.identifiers import identifiers_of
+from ..errors import BudgetExceededError
+from .references import handle_for
+
+__all__ = [
+    "LEDGER_HEADER",
+    "LEDGER_SOURCE",
+    "Ledger",
+    "ledger_entries",
+    "run_with_ledger",
+    "with_handles",
+]
+
+LEDGER_SOURCE = "ledger"
+"""The ``source`` of the ledger message (never a prompt, never summarized)."""
+
+LEDGER_HEADER = ("[Compaction ledger: what was taken out of view; read_original(handle) "
+                 "returns the full text]")
+"""The first line of the ledger message."""
+
+_META = "contextfold_ledger"
+_DECISION_WORDS = ("decided", "concluded", "agreed", "will do", "won't do", "determined",
+                   "resolved", "confirmed")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """How much of the budget the ledger may take and how much each entry holds.
+
+    Args:
+        share: the ledger's share of the input budget (the policy compacts into the rest).
+        min_tokens: the least room it gets on small budgets (when the budget allows).
+        identifiers: the most identifiers recorded per entry.
+        chars: the most characters of text recorded per entry (requests, decisions).
+    """
+
+    share: Annotated[float, Gt(0), Le(0.5)] = 0.05
+    min_tokens: Annotated[int, Ge(0)] = 128
+    identifiers: Annotated[int, Ge(1)] = 6
+    chars: Annotated[int, Ge(20)] = 160
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def room(self, context: CompactionContext) -> int:
+        """Tokens reserved for the ledger under ``context``'s budget."""
+        budget = context.budget.input_budget
+        return min(max(int(budget * self.share), self.min_tokens), budget // 4)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    key: str
+    text: str
+    handle: str | None
+    uses: int = 0
+    values: tuple[str, ...] = ()  # the identifiers it records
+
+    def line(self) -> str:
+        return f"- {self.text}" + (f" [{self.handle}]" if self.handle else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "text": self.text, "handle": self.handle, "uses": self.uses,
+                "values": list(self.values)}
+
+
+def ledger_entries(message: Message) -> list[dict[str, Any]]:
+    """The entries a ledger message holds (empty for any other message)."""
+    data = message.metadata.get(_META)
+    return list(data.get("entries", ())) if isinstance(data, dict) else []
+
+
+def run_with_ledger(
+    run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
+    messages: Sequence[Message],
+    context: CompactionContext,
+    ledger: Ledger,
+    *,
+    reserve: bool = True,
+) -> PolicyRun:
+    """``run`` (a policy's) with the ledger carried: see the module docstring.
+
+    ``reserve`` takes the ledger's room from the policy's budget before it runs (for
+    policies that fill the whole budget); a policy that compacts to its target leaves room
+    under the hard budget instead, and the ledger takes at most that room after it ran.
+    """
+    positions = [i for i, m in enumerate(messages) if m.source != LEDGER_SOURCE
+                 or m.role != "user" or _META not in m.metadata]
+    previous = [messages[i] for i in range(len(messages)) if i not in set(positions)]
+    rest = [messages[i] for i in positions] if previous else messages
+    room = ledger.room(context)
+    if reserve:
+        inner = replace(context, fixed_tokens=context.fixed_tokens + room)
+        try:
+            outcome: PolicyOutcome = yield from run(rest, inner)
+        except BudgetExceededError:
+            # The ledger's room is taken from the policy's; when the policy's minimum does
+            # not fit beside it, the policy gets the whole budget and the ledger waits.
+            room = 0
+            outcome = yield from run(rest, context)
+    else:
+        # The previous ledger still counts where the policy decides (its trigger sees the
+        # same total as the engine did); the new one gets what the policy leaves.
+        held = sum(context.counter.count_message(m) for m in previous)
+        outcome = yield from run(rest, replace(context, fixed_tokens=context.fixed_tokens + held))
+        left = context.available - context.counter.count_messages(outcome.messages)
+        room = max(0, min(room, left))
+    if outcome.messages is rest:
+        return PolicyOutcome(messages=messages, method=outcome.method, notes=outcome.notes,
+                             details=outcome.details)
+    targets = tuple(replace(t, index=positions[t.index] if 0 <= t.index < len(positions)
+                            else t.index) for t in outcome.targets)
+    out = list(outcome.messages)
+    targets = with_handles(messages, out, targets, context.counter)
+    entries = _merged(previous, _new_entries(messages, targets, ledger), out)
+    message, shed = _fit(entries, room, context, ledger)
+    if message is not None:
+        out = _insert(out, message)
+    details = {**outcome.details,
+               "ledger": {"entries": len(entries) - shed, "shed": shed, "room": room}}
+    return PolicyOutcome(messages=out, method=outcome.method, targets=targets,
+                         notes=outcome.notes, details=details)
+
+
+def with_handles(
+    view: Sequence[Message], out: Sequence[Message], targets: Sequence[Target],
+    counter: Any,
+) -> tuple[Target, ...]:
+    """``targets`` completed so that everything taken out of view has a handle: a message of
+    ``view`` that is not in ``out`` becomes a ``"dropped"`` target when the policy did not
+    report it, and a removed or summarized message reported without a handle gets one. A
+    run of consecutive such messages shares one handle (its original is the run's
+    transcript). Earlier ledgers are not counted: they are merged, not removed."""
+    present = {id(m) for m in out}
+    reported = {t.index: t for t in targets}
+    runs: list[list[int]] = [[]]
+    for i, m in enumerate(view):
+        known = reported.get(i)
+        missing = id(m) not in present and m.source != LEDGER_SOURCE
+        if missing and (known is None or known.handle is None):
+            runs[-1].append(i)
+        elif runs[-1]:
+            runs.append([])
+    handles = {i: handle_for([view[k] for k in run]) for run in runs if run for i in run}
+    if not handles:
+        return tuple(targets)
+    done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
+    for i in sorted(set(handles) - set(reported)):
+        m = view[i]
+        done.append(Target(index=i, role=m.role, method="dropped",
+                           original_tokens=counter.count_message(m), new_tokens=0,
+                           tool_name=m.name if m.role == "tool" else None, handle=handles[i]))
+    return tuple(done)
+
+
+def _new_entries(
+    messages: Sequence[Message], targets: Sequence[Target], ledger: Ledger
+) -> list[_Entry]:
+    """One entry per item the policy removed or cut, in the order of the conversation."""
+    handles = {t.index: t.handle for t in targets if t.handle and 0 <= t.index < len(messages)}
+    results = {m.tool_call_id: i for i, m in enumerate(messages) if m.role == "tool"}
+    out: list[_Entry] = []
+    for i in sorted(handles):
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            for call in m.tool_calls:
+                j = results.get(call.id)
+                found = identifiers_of(messages[j])[: ledger.identifiers] if j is not None \
+                    else ()
+                text = f"{call.name}({_short(call.arguments, 80)})"
+                if found:
+                    text += " -> " + ", ".join(found)
+                out.append(_Entry(f"call:{call.name}:{call.arguments}", text,
+                                  handles.get(j, handles[i]) if j is not None else handles[i],
+                                  values=tuple(found)))
+        elif m.role == "tool":
+            call_index = next((k for k in range(i - 1, -1, -1)
+                               if any(c.id == m.tool_call_id for c in messages[k].tool_calls)),
+                              None)
+            if call_index is not None and call_index in handles:
+                continue  # recorded with its call
+            found = identifiers_of(m)[: ledger.identifiers]
+            name = m.name or "tool"
+            status = "error: " if m.is_error else ""
+            text = f"{name} result: {status}" + (", ".join(found) if found
+                                                 else _short(m.text, 60))
+            out.append(_Entry(f"result:{m.tool_call_id}:{m.fingerprint}", text, handles[i],
+                              values=tuple(found)))
+        elif m.role == "user" and m.source not in ("nudge", "summary", LEDGER_SOURCE):
+            out.append(_Entry(f"user:{m.fingerprint}", "user: " + _short(m.text, ledger.chars),
+                              handles[i]))
+        elif m.role == "assistant":
+            for sentence in _decisions(m.text, ledger.chars):
+                out.append(_Entry(f"decision:{sentence}", "decided: " + sentence, handles[i]))
+    return out
+
+
+def _merged(previous: Sequence[Message], new: Sequence[_Entry],
+            kept: Sequence[Message]) -> list[_Entry]:
+    """The previous ledger's entries (their uses updated) followed by the new ones, once.
+    An entry is used when one of its identifiers is in view again."""
+    in_view = {value for m in kept if m.source != LEDGER_SOURCE for value in identifiers_of(m)}
+    entries: dict[str, _Entry] = {}
+    for message in previous:
+        for raw in ledger_entries(message):
+            entry = _Entry(str(raw["key"]), str(raw["text"]), raw.get("handle"),
+                           int(raw.get("uses", 0)), tuple(raw.get("values", ())))
+            entries[entry.key] = entry
+    for entry in new:
+        entries.setdefault(entry.key, entry)
+    return [replace(e, uses=e.uses + 1) if in_view.intersection(e.values) else e
+            for e in entries.values()]
+
+
+def _fit(
+    entries: list[_Entry], room: int, context: CompactionContext, ledger: Ledger
+) -> tuple[Message | None, int]:
+    """The ledger message within ``room``, shedding the least used entries (the oldest
+    first among equals); ``None`` when there is nothing to record or no room at all.
+    Lines are counted once each; the message is counted once it should fit."""
+    if not entries or room <= 0:
+        return None, 0
+    count = context.counter.count_text
+    sizes = [count(e.line()) + 1 for e in entries]
+    frame = context.counter.count_message(_message([], 1))
+    order = sorted(range(len(entries)), key=lambda k: (entries[k].uses, k))
+    total, shed = frame + sum(sizes), 0
+    while shed < len(entries) and total > room:
+        total -= sizes[order[shed]]
+        shed += 1
+    while shed < len(entries):
+        dropped = set(order[:shed])
+        message = _message([e for k, e in enumerate(entries) if k not in dropped], shed)
+        if context.counter.count_message(message) <= room:
+            return message, shed
+        shed += 1  # the per-line estimate was a little short
+    return None, shed
+
+
+def _message(entries: Sequence[_Entry], shed: int) -> Message:
+    lines = [LEDGER_HEADER, *(e.line() for e in entries)]
+    if shed:
+        lines.append(f"[{shed} older entries shed; the full history still holds them]")
+    return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
+                   metadata={_META: {"entries": [e.as_dict() for e in entries],
+                                     "shed": shed}})
+
+
+def _insert(out: list[Message], ledger: Message) -> list[Message]:
+    """``out`` with the ledger beside the summaries the policy wrote: just before a summary
+    that closes the sequence (so the summary and its continuation nudge stay last), else
+    right after the last summary (history summaries, then the ledger, then what was kept);
+    without a summary, just before the newest group. Never inside a tool group."""
+    summaries = [i for i, m in enumerate(out) if m.source == "summary"]
+    if summaries:
+        last = summaries[-1]
+        closing = all(m.role == "user" for m in out[last:])
+        at = last if closing else last + 1
+    else:
+        groups = split_groups(out, leading_system_count(out))
+        at = groups[-1].start if groups else len(out)
+    return [*out[:at], ledger, *out[at:]]
+
+
+def _decisions(text: str, limit: int) -> list[str]:
+    lowered = text.lower()
+    if not any(word in lowered for word in _DECISION_WORDS):
+        return []
+    found = []
+    for sentence in text.replace("\n", " ").split(". "):
+        if any(word in sentence.lower() for word in _DECISION_WORDS):
+            found.append(_short(sentence.strip().rstrip("."), limit))
+    return found[:3]
+
+
+def _short(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    with contextlib.suppress(ValueError):  # compact JSON arguments before cutting them
+        line = json.dumps(json.loads(line), separators=(",", ":"))
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"

@@ -1,0 +1,137 @@
+"""The compaction ledger: what compaction takes out of view stays listed, item by item with
+the handle of its original, merged across compactions (never re-summarized), within its
+share of the budget, the least used shed first; and every policy gives every removal a
+handle."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import contextfold as cf
+from contextfold._lossless.ledger import LEDGER_HEADER, ledger_entries
+from contextfold.policy import HANDLE_RE
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories
+
+
+def reading(n: int, size: int = 2_000) -> list[cf.Message]:
+    out = [cf.Message(role="system", content="You read documents."),
+           cf.Message(role="user", content="Read documents 1 to N and list their codes.")]
+    for k in range(1, n + 1):
+        call = cf.ToolCall(f"c{k}", "read_document", json.dumps({"number": k}))
+        out += [cf.Message(role="assistant", tool_calls=(call,)),
+                cf.Message(role="tool", tool_call_id=f"c{k}", name="read_document",
+                           content=f"Document {k}. " + "plain words " * (size // 12)
+                           + f" Code REF-AB{k:02d}-{k:04d} filed at /srv/docs/{k}.txt.")]
+    return out
+
+
+def ledger_of(messages: list[cf.Message]) -> cf.Message:
+    found = [m for m in messages if m.source == "ledger"]
+    assert len(found) == 1, [m.source for m in messages]
+    return found[0]
+
+
+POLICIES = [cf.ThresholdPolicy(), cf.TieredPolicy(), cf.TurnAwarePolicy(ledger=cf.Ledger()),
+            cf.TruncationPolicy(ledger=cf.Ledger()), cf.LoopSlicePolicy(ledger=cf.Ledger()),
+            cf.SummaryPolicy(ledger=cf.Ledger())]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_what_is_taken_out_of_view_is_listed_with_its_handle(
+    policy: cf.Policy, counter: cf.TokenCounter
+) -> None:
+    history = reading(30)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.4))
+    result = cf.compact(history, policy=policy, budget=budget, counter=counter)
+    assert_valid_within(result.messages, budget, counter)
+    ledger = ledger_of(result.messages)
+    assert ledger.role == "user" and ledger.text.startswith(LEDGER_HEADER)
+    view = "\n".join(m.text for m in result.messages)
+    # Every code of a document whose result left the view in full is in the ledger (or
+    # the summary), unless the ledger says it shed entries.
+    gone = [k for k in range(1, 31) if f"REF-AB{k:02d}-{k:04d}" not in view]
+    shed = ledger.metadata["contextfold_ledger"]["shed"]
+    assert len(gone) <= shed
+    for handle in HANDLE_RE.findall(ledger.text):
+        assert any(t.handle == handle for t in result.report.targets)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_every_removal_has_a_handle_in_the_report(policy: cf.Policy,
+                                                  counter: cf.TokenCounter) -> None:
+    history = reading(30)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.4))
+    result = cf.compact(history, policy=policy, budget=budget, counter=counter)
+    kept = {id(m) for m in result.messages}
+    reported = {t.index for t in result.report.targets if t.handle}
+    missing = [i for i, m in enumerate(history) if id(m) not in kept and i not in reported]
+    assert missing == []
+
+
+def test_the_ledger_merges_across_compactions_and_is_never_summarized(
+    counter: cf.TokenCounter,
+) -> None:
+    summarizer = ScriptedSummarizer(default="TASK: t\nDATA: none")
+    budget = cf.Budget(context_window=9_000)
+    compactor = cf.Compactor(cf.ThresholdPolicy(ledger=cf.Ledger(share=0.2)), budget,
+                             counter, summarizer)
+    history = reading(2)
+    ledgers: list[cf.Message] = []
+    for k in range(3, 40):
+        history += reading(k)[-2:]
+        found = [m for m in compactor.compact(history).messages if m.source == "ledger"]
+        if found and (not ledgers or found[0] is not ledgers[-1]):
+            ledgers.append(found[0])
+    assert len(ledgers) >= 3
+    for earlier, later in itertools.pairwise(ledgers):
+        before = {e["key"] for e in ledger_entries(earlier)}
+        after = {e["key"] for e in ledger_entries(later)}
+        shed = later.metadata["contextfold_ledger"]["shed"]
+        assert len(before - after) <= shed  # merged: an entry leaves only when shed
+        assert after - before  # and each compaction adds what it took out
+    for request in summarizer.requests:  # the ledger never goes into a summary
+        assert all(m.source != "ledger" for m in request.messages)
+
+
+def test_the_least_used_entries_are_shed_first_and_counted(counter: cf.TokenCounter) -> None:
+    history = reading(40, size=600)
+    # One code is mentioned again at the end: its entry is used, the others are not.
+    history.append(cf.Message(role="user", content="Check REF-AB01-0001 again."))
+    budget = cf.Budget(context_window=3_000)
+    ledger_settings = cf.Ledger(share=0.1)
+    result = cf.compact(history, policy=cf.TruncationPolicy(ledger=ledger_settings),
+                        budget=budget, counter=counter)
+    assert_valid_within(result.messages, budget, counter)
+    ledger = ledger_of(result.messages)
+    shed = ledger.metadata["contextfold_ledger"]["shed"]
+    assert shed > 0 and f"[{shed} older entries shed" in ledger.text
+    assert "REF-AB01-0001" in ledger.text  # used again: shed last
+    room = max(int(budget.input_budget * 0.1), ledger_settings.min_tokens)
+    assert counter.count_message(ledger) <= room
+
+
+def test_nothing_to_compact_keeps_the_input_and_no_ledger(counter: cf.TokenCounter) -> None:
+    history = reading(2)
+    result = cf.compact(history, policy=cf.ThresholdPolicy(),
+                        budget=cf.Budget(context_window=100_000), counter=counter)
+    assert result.messages is history
+
+
+@settings(max_examples=max(100, settings.default.max_examples))
+@given(history=histories(max_turns=6), share=st.floats(0.3, 1.5),
+       policy=st.sampled_from(POLICIES))
+def test_policies_with_a_ledger_stay_valid_and_within_budget(
+    counter: cf.TokenCounter, history: list[cf.Message], share: float, policy: cf.Policy
+) -> None:
+    budget = cf.Budget(context_window=max(200, int(counter.count_messages(history) * share)))
+    try:
+        result = cf.compact(history, policy=policy, budget=budget, counter=counter)
+    except cf.BudgetExceededError:
+        return  # below the policy's stated minimum (its own tests pin that floor)
+    assert_valid_within(result.messages, budget, counter)
+    assert sum(m.source == "ledger" for m in result.messages) <= 1
