@@ -22,6 +22,7 @@ from ._engine.overflow import (
     overflow_figures,
     overflow_of,
 )
+from ._messages.model import at_index
 from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
 from .stores._codec import decode as message_from_dict
@@ -40,6 +41,7 @@ __all__ = [
     "Overflow",
     "Usage",
     "View",
+    "at_index",
     "encoding_for_model",
     "error_kind",
     "is_context_overflow",

@@ -41,6 +41,7 @@ from langchain_core.messages import (
 )
 
 from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
+from contextfold.integration import at_index
 from contextfold.policy import OpaquePart
 
 __all__ = [
@@ -112,19 +113,20 @@ def message_to_core(message: BaseMessage, *, index: int | None = None) -> Messag
     fields: dict[str, Any] = {}
     if message.id is not None:
         fields["id"] = message.id
-    return Message(
-        role=role,  # type: ignore[arg-type]
-        content=content,
-        tool_calls=tool_calls,
-        tool_call_id=tool_call_id,
-        name=message.name,
-        reasoning=reasoning,
-        source=section.get("source"),
-        sender_id=section.get("sender_id"),
-        created_at=_parse_time(section.get("created_at"), index),
-        metadata=metadata,
-        **fields,
-    )
+    with at_index(index):
+        return Message(
+            role=role,  # type: ignore[arg-type]
+            content=content,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            name=message.name,
+            reasoning=reasoning,
+            source=section.get("source"),
+            sender_id=section.get("sender_id"),
+            created_at=_parse_time(section.get("created_at"), index),
+            metadata=metadata,
+            **fields,
+        )
 
 
 def _common_extras(message: BaseMessage, role: str) -> dict[str, Any]:
@@ -197,7 +199,11 @@ def _calls_in(message: AIMessage, index: int | None) -> tuple[ToolCall, ...]:
         except (TypeError, ValueError) as exc:
             raise ConversionError(f"tool call arguments are not JSON: {exc}", index=index,
                                   field=f"tool_calls[{k}].args") from exc
-        calls.append(ToolCall(id=call.get("id") or "", name=call["name"], arguments=arguments))
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ConversionError(f"tool call without an id ({call_id!r}): its result could not "
+                                  "name it", index=index, field=f"tool_calls[{k}].id")
+        calls.append(ToolCall(id=call_id, name=call["name"], arguments=arguments))
     return tuple(calls)
 
 

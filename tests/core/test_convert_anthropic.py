@@ -235,7 +235,6 @@ def test_bad_system_parameter() -> None:
          0, "tool_calls[0].arguments"),
         ([cf.Message(role="assistant", tool_calls=(cf.ToolCall("c", "f", "{oops"),))],
          0, "tool_calls[0].arguments"),
-        ([cf.Message(role="user", tool_calls=(cf.ToolCall("c", "f"),))], 0, "tool_calls"),
     ],
 )
 def test_unsendable_messages_name_index_and_field(
@@ -244,6 +243,12 @@ def test_unsendable_messages_name_index_and_field(
     with pytest.raises(cf.ConversionError) as info:
         cf.to_anthropic(messages)
     assert (info.value.index, info.value.field) == (index, field)
+
+
+def test_a_message_no_provider_could_take_cannot_be_built() -> None:
+    with pytest.raises(cf.ConversionError) as info:
+        cf.Message(role="user", tool_calls=(cf.ToolCall("c", "f"),))
+    assert info.value.field == "tool_calls"
 
 
 # -- fuzzing -------------------------------------------------------------------------------

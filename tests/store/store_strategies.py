@@ -37,18 +37,30 @@ _parts = st.one_of(
 _zones = st.sampled_from([None, timezone.utc, timezone(timedelta(hours=5, minutes=30)),
                           timezone(timedelta(hours=-8))])
 
-messages: st.SearchStrategy[cf.Message] = st.builds(
-    cf.Message,
-    role=st.sampled_from(["system", "developer", "user", "assistant", "tool"]),
-    content=_text | st.lists(_parts, max_size=3).map(tuple),
-    tool_calls=st.lists(st.builds(cf.ToolCall, id=_text, name=_text, arguments=_text),
-                        max_size=2).map(tuple),
-    tool_call_id=st.none() | _text,
-    name=st.none() | _text,
-    reasoning=st.none() | _text,
-    source=st.none() | _text,
-    sender_id=st.none() | _text,
-    created_at=st.none() | st.datetimes(timezones=_zones),
-    metadata=st.dictionaries(_text, json_values, max_size=3),
-    id=st.text(min_size=1, max_size=32),
-)
+_nonempty = _text.filter(bool)
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> cf.Message:
+    """Any message the model accepts: every role, and the fields each role may carry."""
+    role = draw(st.sampled_from(["system", "developer", "user", "assistant", "tool"]))
+    calls: tuple[cf.ToolCall, ...] = ()
+    if role == "assistant":
+        calls = tuple(draw(st.lists(st.builds(cf.ToolCall, id=_nonempty, name=_text,
+                                              arguments=_text), max_size=2)))
+    return cf.Message(
+        role=role,  # type: ignore[arg-type]
+        content=draw(_text | st.lists(_parts, max_size=3).map(tuple)),
+        tool_calls=calls,
+        tool_call_id=draw(st.none() | _nonempty) if role == "tool" else None,
+        name=draw(st.none() | _text),
+        reasoning=draw(st.none() | _text),
+        source=draw(st.none() | _text),
+        sender_id=draw(st.none() | _text),
+        created_at=draw(st.none() | st.datetimes(timezones=_zones)),
+        metadata=draw(st.dictionaries(_text, json_values, max_size=3)),
+        id=draw(st.text(min_size=1, max_size=32)),
+    )
+
+
+messages: st.SearchStrategy[cf.Message] = _messages()

@@ -309,7 +309,8 @@ class CallLoop(Generic[F]):
         hands the messages to the model node). No retry is possible there."""
         with self.lock:
             core = self.to_core(messages)
-            result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens)
+            result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
+                                            complete=False)
             return View(self.from_core(result.messages), result, False)
 
     async def aview(
@@ -317,7 +318,8 @@ class CallLoop(Generic[F]):
     ) -> View[F]:
         """The async form of :meth:`view`."""
         core = self.to_core(messages)
-        result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens)
+        result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
+                                               complete=False)
         return View(self.from_core(result.messages), result, False)
 
     def delivered(self, usage: Usage | None) -> None:

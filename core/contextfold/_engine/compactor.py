@@ -75,7 +75,7 @@ from .events import (
     Listener,
     emit,
 )
-from .incremental import Plan, Prefix
+from .incremental import APPENDABLE, Plan, Prefix
 from .result import CompactionReport, CompactionResult
 
 __all__ = ["Compactor", "acompact", "compact"]
@@ -271,7 +271,7 @@ class Compactor:
 
     def compact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
-        extra_tokens: int = 0,
+        extra_tokens: int = 0, complete: bool = True,
     ) -> CompactionResult:
         """The messages to send for this call (see the module docstring).
 
@@ -281,20 +281,23 @@ class Compactor:
             tools: the tool definitions of this call (default the compactor's); counted.
             extra_tokens: tokens of other prompt parts sent beside the messages (retrieved
                 context, a schema); they count against the budget like the tools.
+            complete: ``messages`` is the whole request. ``False`` when the caller appends
+                a new user message before sending (a chat history, a graph's hook): a
+                history without a user message yet is then not an error.
 
         Raises:
             NoProgressError: forced, and the previous forced pass could not shrink the input.
             BudgetExceededError: even the policy's protected minimum does not fit.
         """
-        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens)
+        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         return plan if isinstance(plan, CompactionResult) else self._run(plan)
 
     async def acompact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
-        extra_tokens: int = 0,
+        extra_tokens: int = 0, complete: bool = True,
     ) -> CompactionResult:
         """The async form of :meth:`compact` (summaries are awaited)."""
-        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens)
+        plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         return plan if isinstance(plan, CompactionResult) else await self._arun(plan)
 
     def limit_input(self, tokens: int) -> None:
@@ -309,6 +312,7 @@ class Compactor:
     def _plan(
         self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
         extra_tokens: int = 0, known_tokens: int | None = None, now: datetime | None = None,
+        complete: bool = True,
     ) -> Plan | CompactionResult:
         """Decide what this call works on; the result itself when the fast path applies."""
         started = time.perf_counter()
@@ -341,7 +345,7 @@ class Compactor:
         needs = force or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, size, fixed, force, needs)
         plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
-                    self._state.idle, now)
+                    self._state.idle, now, complete=complete)
         if new is not None and not needs:
             return self._append(plan, new, estimate)
         return plan
@@ -422,12 +426,20 @@ class Compactor:
         """
         original = plan.base
         out = outcome.messages
-        if out is not view:
-            problems = validate(out)
-            if problems:
+        problems = validate(out)  # an unchanged input too: every output is checked
+        if not plan.complete:  # the caller adds the user message before sending
+            problems = [p for p in problems if p.code not in APPENDABLE]
+        if problems:
+            said = "; ".join(map(str, problems[:5]))
+            if out is view:
                 raise CompactionError(
-                    f"policy produced an invalid sequence: {'; '.join(map(str, problems[:5]))}"
+                    f"the history cannot be sent to a provider as it is, and policy "
+                    f"{self.policy.name!r} left it unchanged: {said} (a provider needs a user "
+                    "message before the first assistant message; LoopSlicePolicy adds a nudge "
+                    "when there is none)"
                 )
+            raise CompactionError(f"policy {self.policy.name!r} produced an invalid sequence: "
+                                  f"{said}")
         tokens_after = context.measure(out)
         if tokens_after > self.budget.input_budget:
             raise BudgetExceededError(

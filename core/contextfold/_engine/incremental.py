@@ -16,9 +16,10 @@ from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
 from .._messages.validation import validate
 
-__all__ = ["Plan", "Prefix"]
+__all__ = ["APPENDABLE", "Plan", "Prefix"]
 
-_APPENDABLE = frozenset({"no_user", "assistant_before_user"})  # fine after a valid prefix
+APPENDABLE = frozenset({"no_user", "assistant_before_user", "empty"})
+"""Problems a history may have while more is still to come (a user message appended later)."""
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Plan:
     """The conversation's idle flag before the call."""
     now: datetime | None = None
     """The time to stamp summaries with (``None``: the clock's)."""
+    complete: bool = True
+    """The messages are the whole request (no user message will be appended)."""
     base: list[Message] = field(default_factory=list)
     """What the policy works on, built when it runs: the previous output plus the new
     messages, or the caller's input."""
@@ -95,7 +98,7 @@ class Prefix:
         for m in new:
             if m.role in SYSTEM_ROLES or any(c.id in self.call_ids for c in m.tool_calls):
                 return False
-        return all(p.code in _APPENDABLE for p in validate(new))
+        return all(p.code in APPENDABLE for p in validate(new))
 
     def append(self, new: Sequence[Message], new_tokens: int) -> tuple[Message, ...]:
         """Extend the output with ``new`` (checked with :meth:`appendable`); return it."""

@@ -25,6 +25,7 @@ provider) is not sent: the API only accepts thinking blocks it signed.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -71,7 +72,7 @@ def from_anthropic(
     if system is not None:
         out.append(_read_system(system))
     names: dict[str, str] = {}
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(copy.deepcopy(list(messages))):  # the caller's stay apart
         if not isinstance(raw, Mapping):
             raise _fail(f"expected a dict, got {_type_name(raw)}", index)
         role = raw.get("role")
@@ -298,7 +299,7 @@ def to_anthropic(
             _merge(out[-1], entry)
         else:
             out.append(entry)
-    return system, out
+    return copy.deepcopy((system, out))  # the messages' metadata stays apart
 
 
 def _write_system(systems: Sequence[Message]) -> str | list[dict[str, Any]] | None:

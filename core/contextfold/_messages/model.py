@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, Union
+
+from ..errors import ConversionError
 
 __all__ = [
     "ContentPart",
@@ -82,7 +85,17 @@ class OpaquePart:
     """The whole block as the provider gave it."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not isinstance(self.data, Mapping):
+            raise ConversionError(f"an opaque part needs a str kind and a mapping of data, got "
+                                  f"{self.kind!r} and {type(self.data).__name__}")
         object.__setattr__(self, "data", _freeze(self.data))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"kind": self.kind, "data": dict(self.data)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "kind", state["kind"])
+        object.__setattr__(self, "data", _freeze(state["data"]))
 
 
 ContentPart = Union[TextPart, ImagePart, OpaquePart]
@@ -98,6 +111,18 @@ class ToolCall:
     """The tool's name."""
     arguments: str = "{}"
     """The arguments as JSON text, exactly as the model produced them."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ConversionError(f"a tool call needs a non-empty id, got {self.id!r}",
+                                  field="tool_calls.id")
+        if not isinstance(self.name, str):
+            raise ConversionError(f"a tool call's name must be a string, got {self.name!r}",
+                                  field="tool_calls.name")
+        if not isinstance(self.arguments, str):
+            raise ConversionError(
+                f"a tool call's arguments must be JSON text, got {type(self.arguments).__name__}",
+                field="tool_calls.arguments")
 
 
 def _new_id() -> str:
@@ -135,11 +160,23 @@ class Message:
     """A stable identifier; kept through stores and adapters, ignored by equality."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "metadata", _freeze(self.metadata))
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
         if isinstance(self.tool_calls, list):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        _check(self)
+        object.__setattr__(self, "metadata", _freeze(self.metadata))
+
+    # Pickling and deep copies carry the fields only (the read-only metadata as a plain
+    # dict); values derived from the content are computed again when asked.
+    def __getstate__(self) -> dict[str, Any]:
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["metadata"] = dict(self.metadata)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, _freeze(value) if key == "metadata" else value)
 
     # -- convenience -----------------------------------------------------------------
 
@@ -221,7 +258,66 @@ class Message:
 
 def _fingerprint(message: Message) -> str:
     payload = json.dumps(_canonical(message), sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.blake2b(payload.encode("utf-8"), digest_size=16).hexdigest()
+    # "surrogatepass": text from JSON may hold a lone surrogate (half of a broken emoji),
+    # which strict UTF-8 refuses; the hash only needs the same bytes for the same text.
+    return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@contextmanager
+def at_index(index: int | None) -> Iterator[None]:
+    """Name the position of the message being built in a :class:`ConversionError` raised
+    without one (a converter building message ``index`` of a list)."""
+    try:
+        yield
+    except ConversionError as exc:
+        if exc.index is not None or index is None:
+            raise
+        raise ConversionError(exc.reason, index=index, field=exc.field) from exc
+
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_OPTIONAL_STR = ("name", "reasoning", "source", "sender_id")
+
+
+def _check(m: Message) -> None:
+    """Refuse a message a provider could not take, naming the field (at construction, so a
+    policy never meets one)."""
+    if m.role not in _ROLES:
+        raise ConversionError(f"unknown role {m.role!r}; expected one of {sorted(_ROLES)}",
+                              field="role")
+    if isinstance(m.content, tuple):
+        bad = next((p for p in m.content if not isinstance(p, (TextPart, ImagePart, OpaquePart))),
+                   None)
+        if bad is not None:
+            raise ConversionError(f"content parts must be TextPart, ImagePart or OpaquePart, "
+                                  f"got {type(bad).__name__}", field="content")
+    elif not isinstance(m.content, str):
+        raise ConversionError(f"content must be a string or a tuple of parts, got "
+                              f"{type(m.content).__name__}", field="content")
+    if not isinstance(m.tool_calls, tuple) or not all(isinstance(c, ToolCall)
+                                                      for c in m.tool_calls):
+        raise ConversionError("tool_calls must be a tuple of ToolCall", field="tool_calls")
+    if m.tool_calls and m.role != "assistant":
+        raise ConversionError(f"only an assistant message can call tools, not a {m.role} "
+                              "message", field="tool_calls")
+    if m.tool_call_id is not None and (m.role != "tool" or not isinstance(m.tool_call_id, str)
+                                       or not m.tool_call_id):
+        raise ConversionError(f"tool_call_id belongs on a tool message and must be a "
+                              f"non-empty string, got {m.tool_call_id!r} on a {m.role} message",
+                              field="tool_call_id")
+    for name in _OPTIONAL_STR:
+        value = getattr(m, name)
+        if value is not None and not isinstance(value, str):
+            raise ConversionError(f"{name} must be a string or None, got {type(value).__name__}",
+                                  field=name)
+    if m.created_at is not None and not isinstance(m.created_at, datetime):
+        raise ConversionError(f"created_at must be a datetime or None, got "
+                              f"{type(m.created_at).__name__}", field="created_at")
+    if not isinstance(m.metadata, Mapping):
+        raise ConversionError(f"metadata must be a mapping, got {type(m.metadata).__name__}",
+                              field="metadata")
+    if not isinstance(m.id, str) or not m.id:
+        raise ConversionError(f"id must be a non-empty string, got {m.id!r}", field="id")
 
 
 def _canonical(message: Message) -> dict[str, Any]:

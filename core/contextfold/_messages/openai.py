@@ -27,6 +27,7 @@ deterministic id ``function_call_<index>``; the ``function`` message after it an
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -60,7 +61,8 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     out: list[Message] = []
     legacy_call: str | None = None
     for index, raw in enumerate(messages):
-        message = _read_message(raw, index, legacy_call)
+        # The messages keep copies: changing the caller's dicts later never reaches them.
+        message = _read_message(copy.deepcopy(raw), index, legacy_call)
         if message.metadata.get(OPENAI_KEY, {}).get("legacy") == "function_call":
             legacy_call = message.tool_calls[0].id
         out.append(message)
@@ -222,7 +224,8 @@ def to_openai(messages: Sequence[Message], *, reasoning: bool = True) -> list[di
     ``reasoning=False`` (some endpoints, DeepSeek's among them, reject it in requests).
     The inverse of :func:`from_openai` (see the module notes for what is normalised).
     """
-    return [_write_message(m, reasoning) for m in messages]
+    # Copies: changing the dicts never reaches the messages' (read-only) metadata.
+    return copy.deepcopy([_write_message(m, reasoning) for m in messages])
 
 
 def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +34,7 @@ from llama_index.core.base.llms.types import (
 from pydantic import TypeAdapter
 
 from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
+from contextfold.integration import at_index
 from contextfold.policy import ContentPart, OpaquePart, Role
 
 from ._images import image_size
@@ -85,9 +85,11 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
     calls: list[ToolCall] = []
     thinking: list[ThinkingBlock] = []
     forms: list[dict[str, bool]] = []
-    layout = [_block_in(b, parts, calls, thinking, forms) for b in message.blocks]
+    calling = role == "assistant"  # only an assistant's tool calls are calls for providers
+    layout = [_block_in(b, parts, calls, thinking, forms, index, calling)
+              for b in message.blocks]
     kwargs = _json_kwargs(message)
-    if not calls and kwargs.get("tool_calls"):
+    if calling and not calls and kwargs.get("tool_calls"):
         calls = _kwargs_calls(kwargs["tool_calls"], index)
         extras["kwargs_calls"] = True  # calls live only in additional_kwargs
     content = parts[0].text if len(parts) == 1 and isinstance(parts[0], TextPart) else (
@@ -115,15 +117,16 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
         extras["kwargs"] = kept
     if "tool_calls" in kept:
         extras["calls_sig"] = _calls_sig(calls)
-    return Message(
-        role=role,
-        content=content,
-        tool_calls=tuple(calls),
-        tool_call_id=tool_call_id,
-        name=name,
-        reasoning=reasoning,
-        metadata={META_KEY: extras} if extras else {},
-    )
+    with at_index(index):
+        return Message(
+            role=role,
+            content=content,
+            tool_calls=tuple(calls),
+            tool_call_id=tool_call_id,
+            name=name,
+            reasoning=reasoning,
+            metadata={META_KEY: extras} if extras else {},
+        )
 
 
 def from_llama_index(messages: Iterable[ChatMessage]) -> list[Message]:
@@ -137,6 +140,8 @@ def _block_in(
     calls: list[ToolCall],
     thinking: list[ThinkingBlock],
     call_forms: list[dict[str, bool]],
+    place: int | None,
+    calling: bool,
 ) -> str:
     """Add one block to the right list; return its layout token."""
     if isinstance(block, TextBlock):
@@ -149,7 +154,7 @@ def _block_in(
     if isinstance(block, ThinkingBlock):
         thinking.append(block)
         return "thinking"
-    if isinstance(block, ToolCallBlock):
+    if isinstance(block, ToolCallBlock) and calling:
         form: dict[str, bool] = {}
         if isinstance(block.tool_kwargs, str):
             arguments = block.tool_kwargs
@@ -158,7 +163,9 @@ def _block_in(
             arguments = json.dumps(block.tool_kwargs, ensure_ascii=False, default=str)
         if block.tool_call_id is None:
             form["no_id"] = True
-        call_id = block.tool_call_id if block.tool_call_id is not None else _fresh_id()
+        # A block without an id (some integrations send none) gets one that depends only on
+        # its place, so converting the same history twice gives the same ids.
+        call_id = block.tool_call_id if block.tool_call_id else f"call_{len(calls)}_{place}"
         calls.append(ToolCall(id=call_id, name=block.tool_name, arguments=arguments))
         call_forms.append(form)
         return "tool_call"
@@ -255,13 +262,12 @@ def _kwargs_calls(raw: Any, index: int | None) -> list[ToolCall]:
         arguments = fn.get("arguments", fn.get("input"))
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
-        calls.append(ToolCall(id=str(item.get("id") or _fresh_id()), name=name,
-                              arguments=arguments))
+        call_id = item.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ConversionError(f"tool call without an id ({call_id!r}): its result could not "
+                                  "name it", index=index, field=f"tool_calls[{k}].id")
+        calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
     return calls
-
-
-def _fresh_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
 
 
 # -- core -> LlamaIndex ------------------------------------------------------------------
