@@ -95,6 +95,43 @@ def test_a_corrupt_row_raises_naming_table_and_row(
 
 
 @sql_backends
+@pytest.mark.parametrize("body", [
+    "[" * 100_000 + "]" * 100_000,  # nested deeper than the interpreter recurses
+    '{"v": 1, "id": "x", "role": "user", "content": "", "metadata": {"a": NaN}}',
+    '{"v": 1, "id": "x", "role": "user", "content": "", "tool_calls": [["", "f", "{}"]]}',
+], ids=["deep", "nan", "empty-call-id"])
+def test_hostile_rows_are_corrupt_rows(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest, body: str
+) -> None:
+    store = open_store()
+    store.append("c", [cf.Message("system", "prompt")])
+    raw_sql(store, _schema(backend, request),
+            'INSERT INTO "contextfold_messages" ("conversation_id", "position", "message_id", '
+            '"role", "search_text", "body") VALUES (\'c\', 1, \'x\', \'user\', \'hostile\', '
+            ":body)", {"body": body})
+    row_id = raw_sql(store, _schema(backend, request),
+                     'SELECT "id" FROM "contextfold_messages" WHERE "position" = 1')[0][0]
+    for read in (lambda: store.load("c"), lambda: store.load_recent("c", 1),
+                 lambda: store.search_messages("c", "hostile"),
+                 lambda: store.get_message(f"m:{row_id}", scope=["c"])):
+        with pytest.raises(CorruptRowError, match=f"row {row_id}"):
+            read()
+
+
+def test_metadata_too_deep_or_not_json_is_refused_with_a_store_error(tmp_path: Path) -> None:
+    store = cf.SQLiteStore(tmp_path / "h.db")
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(100_000):
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    for metadata in (deep, {"x": float("nan")}):
+        with pytest.raises(StoreError):
+            store.append("c", [cf.Message("user", "hi", metadata=metadata)])
+    assert store.load("c") == []
+
+
+@sql_backends
 def test_a_row_with_the_wrong_shape_is_corrupt_too(
     backend: str, open_store: Opener, request: pytest.FixtureRequest
 ) -> None:

@@ -35,6 +35,7 @@ when the call was incremental (``details["incremental"]``), else the caller's in
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -220,7 +221,7 @@ class Compactor:
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
-        self._tools_seen: tuple[object, int] = (None, 0)
+        self._tools_seen: tuple[str | None, int] = (None, 0)
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -338,7 +339,9 @@ class Compactor:
             size = len(messages)
         else:
             new_tokens = sum(map(self.counter.count_message, new))
-            estimate = prefix.out_tokens + new_tokens + fixed
+            # The counter's own total, not the sum of message counts: a counter need not
+            # be additive, and the fast path must fit by the same count as any output.
+            estimate = self.counter.count_messages([*prefix.out, *new]) + fixed
             known = None if self._known is None else self._known + self._since + new_tokens
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
@@ -520,10 +523,13 @@ class Compactor:
                         total=total).as_dict()
 
     def _fixed_tokens(self, tools: Tools | None) -> int:
+        """Tokens of the tool definitions, counted again only when their content changed
+        (a caller may edit its tools list in place between calls)."""
         if not tools:
             return 0
-        if self._tools_seen[0] is not tools:
-            self._tools_seen = (tools, self.counter.count_tools(tools))
+        key = json.dumps(tools, sort_keys=True, default=str)
+        if self._tools_seen[0] != key:
+            self._tools_seen = (key, self.counter.count_tools(tools))
         return self._tools_seen[1]
 
     def _emit(self, event: CompactionEvent) -> None:

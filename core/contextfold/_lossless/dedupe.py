@@ -104,7 +104,9 @@ class DedupeSupersededPass(SimplePolicy):
 
 
 def _canonical(arguments: str) -> str:
+    """The arguments in one spelling (key order and spacing aside); the text itself when it
+    is not JSON or nests deeper than the parser goes."""
     try:
         return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments.strip()

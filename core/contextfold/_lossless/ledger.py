@@ -316,6 +316,6 @@ def _short(text: str, limit: int) -> str:
     line = " ".join(text.split())
     if len(line) <= limit:
         return line
-    with contextlib.suppress(ValueError):  # compact JSON arguments before cutting them
+    with contextlib.suppress(ValueError, RecursionError):  # compact JSON before cutting it
         line = json.dumps(json.loads(line), separators=(",", ":"))
     return line if len(line) <= limit else line[: limit - 1] + "\u2026"

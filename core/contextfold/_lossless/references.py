@@ -29,9 +29,12 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, Union
+
+import regex
 
 from .._config import Ge, check
 from .._messages.model import Message
@@ -293,8 +296,8 @@ def _check_read(handle: Any, offset: Any, limit: Any, pattern: Any) -> str | Non
         return f"pattern must be a string (a regular expression), got {pattern!r}"
     if pattern:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)
+        except (regex.error, ValueError, OverflowError) as exc:
             return f"pattern {pattern!r} is not a valid regular expression: {exc}"
     return None
 
@@ -318,23 +321,42 @@ def _window(text: str, offset: int, limit: int) -> dict[str, Any]:
             "next_offset": end if end < len(text) else None}
 
 
+PATTERN_SECONDS = 0.5
+"""The longest a ``read_original`` pattern search may run. The pattern comes from the
+model: one that backtracks without end (``(a+)+$``) is stopped, and the lines matched so
+far come back with a note, instead of freezing the threads and the event loop."""
+
+
 def _lines(text: str, pattern: str, limit: int) -> dict[str, Any]:
     """The lines matching ``pattern``; a line longer than :data:`_LONG_LINE` characters
-    comes back as an excerpt around each match instead (``column`` says where)."""
-    regex = re.compile(pattern)
+    comes back as an excerpt around each match instead (``column`` says where).
+
+    Matching runs with the GIL released and a deadline of :data:`PATTERN_SECONDS` over the
+    whole search (the ``regex`` engine's timeout)."""
+    compiled = regex.compile(pattern)
+    deadline = time.monotonic() + PATTERN_SECONDS
     limit = min(limit, _MAX_LIMIT)
     matches: list[dict[str, Any]] = []
     used = total = 0
+    stopped = None
     for number, line in enumerate(text.splitlines(), 1):
-        pieces = _pieces(regex, line)
+        try:
+            pieces = _pieces(compiled, line, deadline)
+        except TimeoutError:
+            stopped = number
+            break
         for column, piece in pieces:
             total += 1
             if used + len(piece) <= limit:
                 matches.append({"line": number, "column": column, "text": piece})
                 used += len(piece)
     content = "\n".join(m["text"] for m in matches)
-    return {"pattern": pattern, "match_count": total, "returned": len(matches),
-            "matches": matches, "content": content}
+    found: dict[str, Any] = {"pattern": pattern, "match_count": total,
+                             "returned": len(matches), "matches": matches, "content": content}
+    if stopped is not None:
+        found["note"] = (f"the pattern took too long and was stopped at line {stopped}; "
+                         "use a simpler pattern (a word or a literal id)")
+    return found
 
 
 _LONG_LINE = 400
@@ -342,11 +364,14 @@ _AROUND = 200
 _MAX_PER_LINE = 200  # excerpts (and counted matches) per long line
 
 
-def _pieces(regex: re.Pattern[str], line: str) -> list[tuple[int, str]]:
+def _pieces(compiled: Any, line: str, deadline: float) -> list[tuple[int, str]]:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
     if len(line) <= _LONG_LINE:
-        return [(0, line)] if regex.search(line) else []
+        return [(0, line)] if compiled.search(line, timeout=left, concurrent=True) else []
     out = []
-    for found in regex.finditer(line):
+    for found in compiled.finditer(line, timeout=left, concurrent=True):
         start, end = max(0, found.start() - _AROUND), min(len(line), found.end() + _AROUND)
         head, tail = ("…" if start else ""), ("…" if end < len(line) else "")
         out.append((found.start(), f"{head}{line[start:end]}{tail}"))

@@ -19,6 +19,7 @@ __all__ = [
     "Turn",
     "is_prompt",
     "leading_system_count",
+    "open_loop_call",
     "split_groups",
     "split_turns",
     "tool_loops",
@@ -73,6 +74,18 @@ class Turn:
 def is_prompt(message: Message) -> bool:
     """True for a user message that starts a turn (any user message; nudges included)."""
     return message.role == "user"
+
+
+def open_loop_call(messages: Sequence[Message]) -> int | None:
+    """Index of the assistant message whose tool calls are still under way: the last one
+    with tool calls when only tool results follow it; ``None`` when none is open."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "assistant":
+            return i if m.tool_calls else None
+        if m.role != "tool":
+            return None
+    return None
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:

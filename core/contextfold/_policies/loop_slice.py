@@ -14,7 +14,6 @@ itself when the slice is the whole input.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from .._config import Ge, check
@@ -52,8 +51,9 @@ def fit_loop(
     """Fit ``out`` = head (system block and prompt) + one tool loop into the budget.
 
     Order: the loop's largest tool results are cut head+tail (the threshold design's shape); then
-    the call's reasoning is cleared and every result is cut to the largest common size that
-    fits; if even labels alone do not fit, the loop is dropped whole (never split).
+    every result is cut to the largest common size that fits; if even labels alone do not
+    fit, the loop is dropped whole (never split). The call's reasoning stays: the loop is
+    under way, and a provider with extended thinking requires its signed reasoning back.
 
     Raises:
         BudgetExceededError: the head alone does not fit.
@@ -73,9 +73,6 @@ def fit_loop(
     work = list(out)
     if shrink_largest_first(work, positions, fits, shape, context):
         return work, ["cut the latest loop's largest tool results head+tail"]
-    call = work[head_len]
-    if call.reasoning and not call.is_pinned:
-        work[head_len] = replace(call, reasoning=None)
     if fits(work) or squeeze(work, positions, originals, fits, shape, context):
         return work, ["cut every tool result of the latest loop head+tail to fit"]
     return head, ["the latest tool loop does not fit even cut to its labels; left it out"]

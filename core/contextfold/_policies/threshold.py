@@ -71,7 +71,7 @@ from .._lossless.learning import learned_in
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
-from .._messages.structure import SYSTEM_ROLES, split_groups
+from .._messages.structure import SYSTEM_ROLES, open_loop_call, split_groups
 from ..errors import BudgetExceededError
 from .contract import (
     CompactionContext,
@@ -272,10 +272,11 @@ class ThresholdPolicy:
                 order.sort(key=lambda i: -count(plan.work[i]))
             if learned is not None:  # content like what was read back goes last
                 order.sort(key=lambda i: learned.points(plan.work[i]) > 0)
+            open_call = open_loop_call(plan.work)
             for i in order:
                 if saved >= need:
                     break
-                new = self._truncate(plan.work[i], context)
+                new = self._truncate(plan.work[i], context, keep_reasoning=i == open_call)
                 gain = count(plan.work[i]) - count(new)
                 if gain > 0:
                     plan.chosen[i] = new
@@ -303,14 +304,19 @@ class ThresholdPolicy:
                 *(summary_message(None, context, nudge=self.nudge, notice=self.short_notice,
                                   note=n) for n in notes[1:] or notes)]
 
-    def _truncate(self, m: Message, context: CompactionContext) -> Message:
+    def _truncate(
+        self, m: Message, context: CompactionContext, *, keep_reasoning: bool = False
+    ) -> Message:
+        """``m`` cut head+tail with its handle; an assistant message loses its reasoning
+        (spent once the reply was made), except the call of the loop still under way, whose
+        signed reasoning a provider requires back (Anthropic's thinking blocks)."""
         text = truncate_head_tail(m.text, self.head_tail,
                                   handle=handle_text(handle_for(m), context))
         others: tuple[ContentPart, ...] = ()
         if not isinstance(m.content, str):
             others = tuple(p for p in m.content if not isinstance(p, TextPart))
         content: str | tuple[ContentPart, ...] = (TextPart(text), *others) if others else text
-        if m.role == "assistant":
+        if m.role == "assistant" and not keep_reasoning:
             return replace(m, content=content, reasoning=None)
         return replace(m, content=content)
 

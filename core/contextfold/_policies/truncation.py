@@ -54,7 +54,7 @@ __all__ = ["TruncationPolicy"]
 
 Strategy = Literal["oldest_first", "middle_out"]
 _ROUNDS = 4  # water-filling rounds when cutting the last group's tool results
-_RETRIES = 3  # re-plans when a counter's totals are not the sum of its message counts
+_RETRIES = 5  # re-plans when a counter's totals are not the sum of its message counts
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,31 @@ class TruncationPolicy(SimplePolicy):
         # The empty request's priming and the system messages.
         base = counter.count_messages(messages[: layout.n_sys])
         allowance = limit - base
-        for _ in range(_RETRIES):
-            plan = self._plan(messages, layout, allowance, context.fixed_tokens + base, context)
+        out: list[Message] = []
+        for attempt in range(_RETRIES):
+            try:
+                plan = self._plan(messages, layout, allowance, context.fixed_tokens + base,
+                                  context)
+            except BudgetExceededError:
+                if not attempt:
+                    raise
+                # A counter that is not additive shrank the room by the difference each
+                # time: the figures that matter are the real count and the real budget.
+                raise BudgetExceededError(
+                    f"the truncated history ({len(out)} messages) under counter "
+                    f"{counter.name!r}",
+                    needed=counter.count_messages(out) + context.fixed_tokens,
+                    available=limit + context.fixed_tokens,
+                ) from None
             out = _assemble(messages, layout, plan)
-            over = counter.count_messages(out) - limit
-            if over <= 0:
+            total = counter.count_messages(out)
+            if total <= limit:
                 break
-            allowance -= over  # the counter is not additive: plan again with less room
+            # The counter is not additive: the kept messages cost more together than their
+            # counts. Plan again with the room scaled by the ratio just measured.
+            planned = sum(counter.count_message(m) for m in out[layout.n_sys:])
+            used = max(total - base, 1)
+            allowance = min(allowance - (total - limit), (limit - base) * planned // used - 1)
         else:
             raise BudgetExceededError(
                 f"the truncated history ({len(out)} messages) under counter {counter.name!r}",

@@ -29,11 +29,11 @@ recorded in the notes and the reply falls back.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from .._config import Ge, Gt, check, check_fields
 from .._counting.counters import EstimatingCounter, TokenCounter
@@ -216,12 +216,7 @@ class SummaryService:
         try:
             if self.retry.timeout is None:
                 return _checked(method(request))
-            pool = concurrent.futures.ThreadPoolExecutor(1)
-            try:  # a call that overran is left to finish in its thread, unobserved
-                future = pool.submit(method, request)
-                return _checked(future.result(timeout=self.retry.timeout))
-            finally:
-                pool.shutdown(wait=False)
+            return _checked(_within(method, request, self.retry.timeout))
         except Exception as exc:
             return _Outcome(None, exc)
 
@@ -285,7 +280,13 @@ class SummaryService:
                 cached = yield from self._attempts(part)
                 self._cache_put(part.cache_key, cached)
             texts.append(cached)
-        return (yield from self._summarize(merge_request(request, texts), depth + 1, window))
+        merged = merge_request(request, texts)
+        if self._input_tokens(merged) >= self._input_tokens(request):
+            # Summaries no shorter than what they summarize: merging them again would only
+            # grow (and a summarizer that pads its replies never converges), so give up here.
+            raise _Failed(request, SummarizerError(
+                "the parts' summaries are no shorter than the parts themselves"), 1)
+        return (yield from self._summarize(merged, depth + 1, window))
 
     def _attempts(self, request: SummaryRequest) -> _Flow[str]:
         error: BaseException = SummarizerError("no attempt made")
@@ -375,6 +376,54 @@ class SummaryService:
     def _cache_put(self, key: str, text: str) -> None:
         if self.cache is not None:
             self.cache.put(key, text)
+
+
+_MAX_OVERRUNNING = 4
+"""Calls that overran their timeout and still run: a sync call cannot be stopped, so at
+most this many are left running before further calls fail at once instead of piling up."""
+_overrunning = 0
+_overrunning_lock = threading.Lock()
+
+
+def _within(method: Callable[[SummaryRequest], str], request: SummaryRequest,
+            timeout: float) -> str:
+    """``method(request)`` in a daemon thread, waited for ``timeout`` seconds.
+
+    A daemon thread never blocks the interpreter's exit (a pool's worker would: the pool
+    joins its threads at exit); one that overran is counted until it ends.
+    """
+    global _overrunning
+    with _overrunning_lock:
+        if _overrunning >= _MAX_OVERRUNNING:
+            raise SummarizerError(f"{_overrunning} earlier summary calls are still running "
+                                  "past their timeout; not starting another")
+    outcome: list[Any] = []
+    done = threading.Event()
+    state = {"overran": False}
+
+    def call() -> None:
+        global _overrunning
+        try:
+            outcome.append(method(request))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append(exc)
+        finally:
+            with _overrunning_lock:
+                done.set()
+                if state["overran"]:
+                    _overrunning -= 1
+
+    threading.Thread(target=call, name="contextfold-summary", daemon=True).start()
+    if not done.wait(timeout):
+        with _overrunning_lock:
+            if not done.is_set():
+                state["overran"] = True
+                _overrunning += 1
+                raise TimeoutError(f"the summarizer did not answer within {timeout} s")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result  # type: ignore[no-any-return]
 
 
 def _checked(text: object) -> _Outcome:

@@ -150,6 +150,9 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
             except json.JSONDecodeError as exc:
                 raise TranscriptError(f"invalid JSON: {exc.msg}", path=label,
                                       position=f"line {number}") from exc
+            except RecursionError:
+                raise TranscriptError("JSON nested too deeply", path=label,
+                                      position=f"line {number}") from None
         if items and all(_looks_like_message(i) for i in items):
             return [_from_record(items, label, "messages", p.name)]
     else:
@@ -158,6 +161,8 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
         except json.JSONDecodeError as exc:
             raise TranscriptError(f"invalid JSON: {exc.msg}", path=label,
                                   position=f"line {exc.lineno}, column {exc.colno}") from exc
+        except RecursionError:
+            raise TranscriptError("JSON nested too deeply", path=label) from None
         if isinstance(data, Mapping) or (
             isinstance(data, list) and (not data or _looks_like_message(data[0]))
         ):

@@ -55,7 +55,10 @@ def encode(message: Message) -> dict[str, Any]:
     if message.created_at is not None:
         doc["created_at"] = message.created_at.isoformat()
     if message.metadata:
-        doc["metadata"] = _json_value(message.metadata, "metadata")
+        try:
+            doc["metadata"] = _json_value(message.metadata, "metadata")
+        except RecursionError:
+            raise StoreError("metadata: nested too deeply to be stored") from None
     return doc
 
 
@@ -130,12 +133,22 @@ def _json_value(value: Any, where: str) -> Any:
 
 
 def loads(text: str | bytes) -> Message:
-    """The message stored as ``text``; ``CodecError`` when it is not one."""
+    """The message stored as ``text``; ``CodecError`` when it is not one (also for nesting
+    deeper than any message holds, and for NaN or Infinity, which no message holds)."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, TypeError) as exc:
         raise CodecError(f"not JSON: {exc}") from None
-    return decode(doc)
+    except RecursionError:
+        raise CodecError("nested too deeply to be a message") from None
+    try:
+        return decode(doc)
+    except RecursionError:
+        raise CodecError("nested too deeply to be a message") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise CodecError(f"{name} is not a JSON value a message holds")
 
 
 def decode_row(table: str, row_id: object, body: object) -> Message:
