@@ -180,7 +180,10 @@ def with_handles(
             runs[-1].append(i)
         elif runs[-1]:
             runs.append([])
-    handles = {i: handle_for([view[k] for k in run]) for run in runs if run for i in run}
+    handles: dict[int, str] = {}
+    for run in runs:
+        if run:  # one handle per run, computed once: a run may hold thousands of messages
+            handles.update(dict.fromkeys(run, handle_for([view[k] for k in run])))
     if not handles:
         return tuple(targets)
     done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
