@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.errors import ContextfoldError
-from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories
+from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 EXAMPLES = int(os.environ.get("CONTEXTFOLD_ATTACK_EXAMPLES", "60"))
 # Hostile histories are large by design: Hypothesis warns when it prints one.
@@ -350,9 +350,14 @@ def test_truncation_states_real_figures_with_a_counter_that_is_not_additive() ->
     history = [cf.Message("system", "s " * 10), cf.Message("user", "go")]
     history += [cf.Message("assistant", f"a {k}") for k in range(200)]
     budget = cf.Budget(context_window=40)
-    with pytest.raises(cf.BudgetExceededError) as caught:
-        cf.compact(history, policy=cf.TruncationPolicy(), budget=budget, counter=NotAdditive())
+    with pytest.raises(cf.BudgetExceededError) as caught:  # the policy on its own
+        run_policy(cf.TruncationPolicy(), history, budget=budget, counter=NotAdditive())
     assert caught.value.available == budget.input_budget  # never a negative allowance
+    # Through the engine the system prompt and the request still go out: they fit.
+    result = cf.compact(history, policy=cf.TruncationPolicy(), budget=budget,
+                        counter=NotAdditive())
+    assert result.report.method == "floor"
+    assert_valid_within(result.messages, budget, NotAdditive())
 
 
 @pytest.mark.parametrize("policy", [cf.LoopSlicePolicy(), cf.TurnAwarePolicy()],

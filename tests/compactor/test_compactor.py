@@ -417,7 +417,8 @@ def test_tool_definitions_count_against_the_trigger(counter: cf.TokenCounter) ->
     fixed = counter.count_tools(heavy)
     assert plain.tokens_before <= BUDGET.trigger_tokens < plain.tokens_before + fixed
     with_tools = compactor.compact(step, tools=heavy).report
-    assert with_tools.method == "fold"
+    # The policy ran (its fold, or the input kept because the fold would have grown it).
+    assert with_tools.method == "fold" or "would have grown" in " ".join(with_tools.notes)
     assert with_tools.tokens_before == plain.tokens_before + fixed
 
 

@@ -151,9 +151,15 @@ class DropsResults(SimplePolicy):
         return PolicyOutcome(messages=[m for m in messages if m.role != "tool"], method="bad")
 
 
-def test_an_output_over_budget_is_refused(counter: cf.TokenCounter) -> None:
+def test_an_output_over_budget_gets_the_floor_or_is_refused(counter: cf.TokenCounter) -> None:
+    pair = counter.count_messages([history()[0], history()[-2]])
+    result = cf.compact(history(), policy=ReturnsInput(), budget=cf.Budget(pair + 5),
+                        counter=counter)
+    assert result.report.method == "floor"
+    assert [m.text for m in result.messages] == ["You are a weather bot.", "And tomorrow?"]
+    assert "policy 'broken'" in result.report.notes[0]
     with pytest.raises(cf.BudgetExceededError, match="policy 'broken'"):
-        cf.compact(history(), policy=ReturnsInput(), budget=cf.Budget(50), counter=counter)
+        cf.compact(history(), policy=ReturnsInput(), budget=cf.Budget(pair - 1), counter=counter)
 
 
 def test_an_invalid_output_is_refused(counter: cf.TokenCounter) -> None:

@@ -76,12 +76,17 @@ from .events import (
     Listener,
     emit,
 )
+from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .result import CompactionReport, CompactionResult
 
 __all__ = ["Compactor", "acompact", "compact"]
 
 logger = logging.getLogger("contextfold")
+
+_TAKEN_OUT = frozenset({"summarized", "dropped", "truncated", "cleared", "inputs_cleared",
+                        "image_stripped", "superseded"})
+"""Target methods that take content out of view: a run with one of them is a compaction."""
 
 Tools = Sequence[Mapping[str, Any]]
 
@@ -372,7 +377,10 @@ class Compactor:
         try:
             view, repairs, context = self._prepare(plan)
             service = self._service(context.counter)
-            outcome = _drive(self.policy.run(view, context), service.answer)
+            try:
+                outcome = _drive(self.policy.run(view, context), service.answer)
+            except BudgetExceededError as error:
+                outcome = floor_outcome(view, context, error, self.policy.name)
             return self._finish(plan, view, repairs, context, outcome, service)
         except BaseException:
             self._forget()
@@ -382,7 +390,10 @@ class Compactor:
         try:
             view, repairs, context = self._prepare(plan)
             service = self._service(context.counter)
-            outcome = await _adrive(self.policy.run(view, context), service.aanswer)
+            try:
+                outcome = await _adrive(self.policy.run(view, context), service.aanswer)
+            except BudgetExceededError as error:
+                outcome = floor_outcome(view, context, error, self.policy.name)
             return self._finish(plan, view, repairs, context, outcome, service)
         except BaseException:
             self._forget()
@@ -445,16 +456,32 @@ class Compactor:
                                   f"{said}")
         tokens_after = context.measure(out)
         if tokens_after > self.budget.input_budget:
-            raise BudgetExceededError(
+            outcome = floor_outcome(view, context, BudgetExceededError(
                 f"the output of policy {outcome.method!r} ({len(out)} messages)",
                 needed=tokens_after, available=self.budget.input_budget,
-            )
+            ), self.policy.name)
+            out = outcome.messages
+            tokens_after = context.measure(out)
+        tokens_before = context.measure(original)
+        compacted = outcome.method == "floor" or any(
+            t.method in _TAKEN_OUT for t in outcome.targets)
+        if out is not view and tokens_after > tokens_before and not plan.force and compacted:
+            # A compaction never grows the context: when its summaries, labels and notices
+            # cost more than what they replaced, the (repaired) input goes out as it is if
+            # it fits, by the provider's figure too. A forced run (an overflow) never goes
+            # back. Rewrites that take nothing out (a reloaded prompt) are the policy's call.
+            kept = context.measure(view)
+            if max(kept, plan.known or 0) <= self.budget.input_budget and not validate(view):
+                outcome = PolicyOutcome(messages=view, method="none", notes=(
+                    f"policy {outcome.method!r} would have grown the context ({tokens_before}"
+                    f" -> {tokens_after} tokens); the input was kept",))
+                out, tokens_after = view, kept
         messages = out if isinstance(out, list) else list(out)
         targets = outcome.targets
         if out is not view:  # everything left out gets a handle, whichever policy left it
             targets = with_handles(view, messages, targets, self.counter)
         report = CompactionReport(
-            tokens_before=context.measure(original),
+            tokens_before=tokens_before,
             tokens_after=tokens_after,
             messages_before=len(original),
             messages_after=len(messages),

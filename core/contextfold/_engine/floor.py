@@ -1,0 +1,72 @@
+"""The floor under every policy: when a policy cannot fit its output in the budget, the
+system prompt and the latest user request still make a valid request, so the engine sends
+that (with a short notice when it fits) instead of refusing the call.
+
+Only when even that pair does not fit does the policy's ``BudgetExceededError`` reach the
+caller. What the floor leaves out gets a handle like anything a policy removes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._messages.model import Message
+from .._messages.structure import leading_system_count
+from .._policies.contract import CompactionContext, PolicyOutcome, Target
+from .._policies.prompt_source import NON_PROMPT_SOURCES
+from ..errors import BudgetExceededError
+
+__all__ = ["FLOOR_NOTICE", "floor_outcome", "latest_request"]
+
+FLOOR_NOTICE = (
+    "[CONTEXT NOTICE]\n"
+    "The {dropped} earlier messages of this conversation did not fit the context window and "
+    "were left out. Answer the request below; ask again for anything earlier you need."
+)
+
+
+def floor_outcome(
+    view: Sequence[Message], context: CompactionContext, error: BudgetExceededError,
+    policy: str,
+) -> PolicyOutcome:
+    """The system messages and the latest user request, with a notice when it fits.
+
+    Raises:
+        BudgetExceededError: ``error`` itself, when there is no user request or the pair
+            does not fit either.
+    """
+    n_sys = leading_system_count(view)
+    latest = latest_request(view)
+    if latest is None:
+        raise error
+    system = list(view[:n_sys])
+    out = [*system, view[latest]]
+    if context.measure(out) > context.budget.input_budget:
+        raise error
+    dropped = len(view) - len(out)
+    notice = Message(role="user", content=FLOOR_NOTICE.format(dropped=dropped),
+                     source="summary", created_at=context.now,
+                     metadata={"compaction": "notice"})
+    noticed = [*system, notice, view[latest]]
+    if context.measure(noticed) <= context.budget.input_budget:
+        out = noticed
+    count = context.counter.count_message
+    gone = tuple(
+        Target(i, m.role, "dropped", count(m), 0, m.name if m.role == "tool" else None)
+        for i, m in enumerate(view) if n_sys <= i != latest
+    )
+    return PolicyOutcome(
+        messages=out, method="floor", targets=gone,
+        notes=(f"policy {policy!r} could not fit the budget ({error}); sent the system prompt "
+               f"and the latest user request, {dropped} earlier messages left out",),
+        details={"dropped_messages": dropped},
+    )
+
+
+def latest_request(view: Sequence[Message]) -> int | None:
+    """Index of the latest user request: the last user message that is not a summary, a
+    nudge or a notice (the last user message of any kind when there is none such)."""
+    users = [i for i in range(leading_system_count(view), len(view)) if view[i].role == "user"]
+    real = [i for i in users if view[i].source not in NON_PROMPT_SOURCES]
+    return (real or users)[-1] if users else None
+

