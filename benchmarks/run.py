@@ -19,8 +19,9 @@ name      str       what was measured ("truncate 10k msgs, warm")
 ours      float     contextfold's figure
 peer      float?    the peer's figure, measured in the same process on the same
                     input (None when there is no peer for this row)
-ratio     float?    ``peer / ours``; omitted rows get it computed. For times and
-                    sizes, above 1 means contextfold is faster or smaller
+ratio     float?    how many times better contextfold does, so above 1 always means
+                    contextfold is ahead: ``peer / ours`` for times and sizes
+                    (computed when omitted), ``ours / peer`` for shares kept
 unit      str       unit of ``ours`` and ``peer`` ("ms", "tokens", "%")
 notes     str       the peer's name and anything needed to read the row
 ========  ========  ==========================================================
@@ -117,7 +118,7 @@ def table(rows: Sequence[Row]) -> str:
             r["name"],
             _num(r["ours"]),
             _num(r["peer"]),
-            f"{r['ratio']:.1f}x" if r["ratio"] is not None else "",
+            _ratio(r["ratio"]),
             r["unit"],
             r["notes"],
         )
@@ -128,6 +129,12 @@ def table(rows: Sequence[Row]) -> str:
     fmt = "  ".join(f"{{:{'>' if i in (2, 3, 4) else '<'}{w}}}" for i, w in enumerate(widths))
     rule = "  ".join("-" * w for w in widths[:-1]) + "  -----"
     return "\n".join([fmt.format(*head), rule, *(fmt.format(*line) for line in lines)])
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.2g}x" if value < 1 else f"{value:,.1f}x"
 
 
 def _num(value: float | None) -> str:

@@ -41,6 +41,8 @@ _contextfold_postgres() {
       -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$base" \
       start >/dev/null || { tail -n 20 "$base/server.log" >&2; return 1; }
     echo "$port" >"$base/port"
+    # Started here: contextfold_postgres_stop (called by .ci/run on exit) stops it again.
+    _contextfold_pg_stop_cmd=("${as_owner[@]}" "$bindir/pg_ctl" -D "$base/data" -m fast -w stop)
   fi
 
   local exists
@@ -52,5 +54,14 @@ _contextfold_postgres() {
   export CONTEXTFOLD_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/$db"
 }
 
+# Stop the server when this script started it (a server found running is left alone).
+contextfold_postgres_stop() {
+  if [ "${#_contextfold_pg_stop_cmd[@]}" -gt 0 ]; then
+    "${_contextfold_pg_stop_cmd[@]}" >/dev/null 2>&1 || true
+    _contextfold_pg_stop_cmd=()
+  fi
+}
+
+_contextfold_pg_stop_cmd=()
 _contextfold_postgres
 unset -f _contextfold_postgres

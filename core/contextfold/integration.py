@@ -23,6 +23,7 @@ from ._engine.overflow import (
     overflow_of,
 )
 from ._messages.model import at_index
+from ._optional import require as require_extra
 from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
 from .stores._codec import decode as message_from_dict
@@ -51,6 +52,7 @@ __all__ = [
     "overflow_figures",
     "overflow_of",
     "render_transcript",
+    "require_extra",
     "stable_id",
     "summary_prompt",
 ]

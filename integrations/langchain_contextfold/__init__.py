@@ -12,6 +12,12 @@ sees is compacted, and it is always a valid sequence within the budget::
                          middleware=[CompactionMiddleware(policy=..., budget=budget)])
 """
 
+from contextfold.integration import require_extra
+
+require_extra("langchain_core", extra="langchain", feature="langchain_contextfold",
+              package="langchain-core")
+require_extra("langchain", extra="langchain", feature="langchain_contextfold")
+
 from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
 from ._events import COMPACTION_EVENT, IDLE_EVENT
 from ._history import CompactingChatMessageHistory

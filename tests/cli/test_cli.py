@@ -69,6 +69,63 @@ def test_inspect_unreadable_file_is_a_clear_error(tmp_path: Path,
     assert str(path) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("step", ["0", "999"])
+def test_inspect_a_step_outside_the_replay_is_a_clear_error(transcript_file: Path,
+                                                             step: str) -> None:
+    out = io.StringIO()
+    assert main(["inspect", str(transcript_file), "--budget", "3000", "--step", step],
+                out=out) == 2
+    assert f"--step {step}: the replay has steps 1 to" in out.getvalue()
+
+
+def test_inspect_a_record_outside_the_file_is_a_clear_error(transcript_file: Path) -> None:
+    out = io.StringIO()
+    assert main(["inspect", str(transcript_file), "--record", "3"], out=out) == 2
+    assert "holds records 0 to 0" in out.getvalue()
+
+
+def test_inspect_marks_where_max_chars_cut_the_step(transcript_file: Path) -> None:
+    out = io.StringIO()
+    assert main(["inspect", str(transcript_file), "--budget", "3000", "--step", "5",
+                 "--max-chars", "200"], out=out) == 0
+    assert "more characters; raise --max-chars to see them]" in out.getvalue()
+
+
+def test_inspect_an_unknown_model_names_the_budget_option(
+    transcript_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", str(transcript_file), "--model", "acme-9"], out=io.StringIO()) == 2
+    assert "--budget TOKENS" in capsys.readouterr().err
+
+
+def test_every_benchmark_module_keeps_the_runner_contract() -> None:
+    """``contextfold bench`` calls ``run(quick)`` of every ``benchmarks/bench_*.py``."""
+    import ast
+
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    modules = sorted(benchmarks.glob("bench_*.py"))
+    assert modules
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        runs = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "run"]
+        assert runs, f"{path.name} has no run(quick)"
+        assert [a.arg for a in runs[0].args.args] == ["quick"], path.name
+
+
+def test_bench_quick_runs_from_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real command, on its quickest module, in a subprocess as a user runs it."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "bench", "--quick", "truncation"],
+        cwd=root, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "truncation" in done.stdout and "ratio" in done.stdout
+
+
 def test_eval_prints_ours_and_peers(transcript_file: Path) -> None:
     out = io.StringIO()
     status = main(["eval", str(transcript_file), "--policies", "truncation",

@@ -59,3 +59,15 @@ def open_store(backend: str, tmp_path: Any, request: pytest.FixtureRequest
 @pytest.fixture
 def store(open_store: Callable[..., BaseStore]) -> BaseStore:
     return open_store()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that reaches PostgreSQL carries the ``postgres`` marker, so
+    ``-m postgres`` / ``-m "not postgres"`` select exactly them."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        uses_pg = "pg_schema" in getattr(item, "fixturenames", ()) or (
+            params is not None and params.params.get("backend") == "postgres"
+        )
+        if uses_pg:
+            item.add_marker(pytest.mark.postgres)

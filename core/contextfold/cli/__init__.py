@@ -3,7 +3,7 @@
     contextfold demo                      offline agent run, per-step table and HTML report
     contextfold inspect FILE [--step N]   replay a transcript under a policy and budget
     contextfold eval FILES...             fidelity of each policy beside the peers
-    contextfold bench [--quick]           the benchmark suite (from a source checkout)
+    contextfold bench [NAME...] [--quick] the benchmark suite (from a source checkout)
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any, TextIO
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
+from .._optional import require
 from .._policies.contract import Policy
-from ..errors import ContextfoldError
+from ..errors import ConfigurationError, ContextfoldError
 
 __all__ = ["POLICIES", "main", "policy_from_name"]
 
@@ -59,7 +60,12 @@ def _counter(args: argparse.Namespace) -> TokenCounter:
 def _budget(args: argparse.Namespace) -> Budget:
     if args.budget:
         return Budget(context_window=args.budget, model=args.model)
-    return Budget.for_model(args.model or "gpt-4o")
+    try:
+        return Budget.for_model(args.model or "gpt-4o")
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"unknown model {args.model!r}: give its context window with --budget TOKENS"
+        ) from None
 
 
 def _print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: TextIO) -> None:
@@ -76,7 +82,11 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     from .transcripts import load_transcripts
 
     transcripts = load_transcripts(args.transcript)
-    transcript = transcripts[min(args.record, len(transcripts) - 1)]
+    if not 0 <= args.record < len(transcripts):
+        out.write(f"--record {args.record}: {args.transcript} holds records 0 to "
+                  f"{len(transcripts) - 1}\n")
+        return 2
+    transcript = transcripts[args.record]
     counter, budget = _counter(args), _budget(args)
     problems = validate(transcript.messages)
     out.write(f"{transcript.name}: {len(transcript.messages)} messages, "
@@ -102,10 +112,15 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"\n{run.compactions} compaction(s); at the last step the model sees "
               f"{last.sent_tokens:,} of {last.history_tokens:,} tokens ({effect})\n")
     if args.step is not None:
-        step = max(1, min(args.step, len(run.steps)))
-        out.write(f"\nwhat the model sees at step {step}:\n")
-        text = json.dumps(to_openai(run.sent_at[step]), indent=2, ensure_ascii=False)
-        out.write(text[: args.max_chars] + "\n")
+        if args.step not in run.sent_at:
+            out.write(f"\n--step {args.step}: the replay has steps 1 to {len(run.steps)}\n")
+            return 2
+        out.write(f"\nwhat the model sees at step {args.step}:\n")
+        text = json.dumps(to_openai(run.sent_at[args.step]), indent=2, ensure_ascii=False)
+        if len(text) > args.max_chars:
+            text = (f"{text[: args.max_chars]}\n[... {len(text) - args.max_chars:,} more "
+                    "characters; raise --max-chars to see them]")
+        out.write(text + "\n")
     if args.html:
         out.write(f"report written to {write_html(run, args.html)}\n")
     return 0
@@ -122,11 +137,15 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     counter = _counter(args)
     table = _policies()
     contenders = [our_contender(name, table[name]) for name in args.policies.split(",")]
+    left_out: list[str] = []
     if not args.no_peers:
-        contenders += peer_contenders()
+        peers, left_out = peer_contenders()
+        contenders += peers
     fractions = [float(f) for f in args.fractions.split(",")]
     rows = evaluate(transcripts, contenders, fractions=fractions, counter=counter)
     out.write(f"{len(transcripts)} transcript(s); counter {counter.name}\n")
+    for line in left_out:
+        out.write(f"peer left out: {line}\n")
     _print_table(
         [(r.contender, "ours" if r.ours else "peer", f"{r.fraction:.0%}", f"{r.score:.1%}",
           "n/a" if r.gold == 0 else f"{r.gold_score:.1%}", f"{r.saved:.1%}", r.over_budget,
@@ -148,11 +167,13 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
         out.write("contextfold bench runs from a source checkout: benchmarks/run.py not found "
                   "in the current directory\n")
         return 2
-    cmd = [sys.executable, str(runner)] + (["--quick"] if args.quick else [])
+    cmd = [sys.executable, str(runner), *args.names] + (["--quick"] if args.quick else [])
     return subprocess.call(cmd)
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    require("langchain_core", extra="langchain", feature="contextfold demo",
+            package="langchain-core")
     from .demo import run_demo
 
     return run_demo(data_dir=Path(args.data_dir), emails=args.emails, real=args.real,
@@ -164,11 +185,13 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="offline agent run with a per-step table and an HTML report")
-    d.add_argument("--data-dir", default=os.environ.get("CONTEXTFOLD_DATA_DIR", "contextfold-data"))
-    d.add_argument("--emails", type=int, default=43)
+    d.add_argument("--data-dir", default=os.environ.get("CONTEXTFOLD_DATA_DIR", "contextfold-data"),
+                   help="where the history database and the report go (default: %(default)s)")
+    d.add_argument("--emails", type=int, default=43,
+                   help="how many e-mails the scripted agent reads (default: %(default)s)")
     d.add_argument("--real", action="store_true",
                    help="use a real OpenAI model (needs OPENAI_API_KEY and langchain-openai)")
-    d.add_argument("--model", default=None)
+    d.add_argument("--model", default=None, help="the model of --real (default: gpt-4o-mini)")
     i = sub.add_parser("inspect", help="replay a transcript step by step under a policy")
     i.add_argument("transcript")
     i.add_argument("--policy", default="threshold", choices=POLICIES)
@@ -187,7 +210,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--no-peers", action="store_true")
     e.add_argument("--json", help="write the rows as JSON here")
     b = sub.add_parser("bench", help="run the benchmark suite")
-    b.add_argument("--quick", action="store_true")
+    b.add_argument("names", nargs="*", help="run only the modules whose name contains one")
+    b.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     return p
 
 

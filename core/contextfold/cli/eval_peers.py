@@ -154,14 +154,26 @@ def _memory(transcript: Transcript, allowance: int, counter: TokenCounter) -> li
     return _from_llama(asyncio.run(run()))
 
 
-def peer_contenders() -> list[Contender]:
-    """The peers whose frameworks are installed."""
+def peer_contenders() -> tuple[list[Contender], list[str]]:
+    """The peers whose frameworks are installed, and a line for each one left out."""
     peers: list[Contender] = []
-    if importlib.util.find_spec("langchain_core") is not None:
-        peers.append(Contender("langchain trim_messages", _trim, ours=False))
-    if importlib.util.find_spec("langchain") is not None:
-        peers.append(Contender("langchain SummarizationMiddleware", _summarization, ours=False))
-    if importlib.util.find_spec("llama_index.core") is not None:
-        peers.append(Contender("llamaindex ChatMemoryBuffer", _chat_memory_buffer, ours=False))
-        peers.append(Contender("llamaindex Memory", _memory, ours=False))
-    return peers
+    missing: list[str] = []
+    wanted = [
+        ("langchain_core", "langchain", "langchain trim_messages", _trim),
+        ("langchain", "langchain", "langchain SummarizationMiddleware", _summarization),
+        ("llama_index.core", "llamaindex", "llamaindex ChatMemoryBuffer", _chat_memory_buffer),
+        ("llama_index.core", "llamaindex", "llamaindex Memory", _memory),
+    ]
+    for module, extra, name, run in wanted:
+        if _installed(module):
+            peers.append(Contender(name, run, ours=False))
+        else:
+            missing.append(f"{name}: not installed (pip install \"contextfold[{extra}]\")")
+    return peers, missing
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package itself is missing
+        return False

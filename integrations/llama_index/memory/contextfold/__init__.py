@@ -12,6 +12,11 @@ run, summaries by any LlamaIndex LLM, search tools and instrumentation events.
     await agent.run("...", memory=memory)
 """
 
+from contextfold.integration import require_extra
+
+require_extra("llama_index.core", extra="llamaindex", feature="llama_index.memory.contextfold",
+              package="llama-index-core")
+
 from ._convert import (
     from_llama_index,
     message_from_llama_index,
