@@ -230,6 +230,19 @@ class TurnAwarePolicy(SimplePolicy):
             plan.shrink(messages, older, fits, self.shape)
         if not done() and plan.history:
             steps.append("dropped historical turns, oldest first")
+            # One pass: the newest turns whose counts fit the room left without any history
+            # (rebuilding and recounting after each dropped turn was quadratic). A counter
+            # that is not additive gets the exact check below.
+            turns, plan.history = plan.history, []
+            room = context.budget.input_budget - context.measure(plan.build(messages)[0])
+            count = context.counter.count_message
+            keep = len(turns)
+            for k in range(len(turns) - 1, -1, -1):
+                room -= sum(count(plan.replaced.get(i, messages[i])) for i in turns[k])
+                if room < 0:
+                    break
+                keep = k
+            plan.history = turns[keep:]
             while plan.history and not done():
                 plan.history.pop(0)
         latest = set(range(plan.loop.start, plan.loop.end)) if plan.loop else set()
