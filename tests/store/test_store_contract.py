@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -309,3 +310,47 @@ def test_threads_sharing_one_store_lose_nothing(store: BaseStore) -> None:
         assert [i for i in ids if i.startswith(f"{k}-")] == [
             f"{k}-{i}-{s}" for i in range(25) for s in "ab"]
     assert all(ids[j][:-1] == ids[j + 1][:-1] for j in range(0, 200, 2))  # batches whole
+
+
+# -- one search semantics ---------------------------------------------------------------------
+
+_CORPUS = [
+    "Your reservation HAT001 is confirmed for May 20.",
+    "Two reservations were cancelled yesterday.",
+    "I reserved seat 14C on flight UA 880.",
+    "Refund of 120 dollars issued to the card.",
+    "NEAR(flight delay) is not an operator here",
+    "flight delayed by two hours",
+]
+
+_QUERIES = {
+    "reservation": {0, 1, 2},           # stems: reservation, reservations, reserved
+    "cancelled reservations": {1},      # every term required
+    '"UA 880"': {2},                    # quotes are text: the words UA and 880
+    "NEAR(flight delay)": {4},          # operators are text; NEAR(flight is a phrase
+    "flight delay": {4, 5},             # delayed stems to delay
+    "delay flight": {4, 5},             # terms in any order
+    "refund card": {3},
+    "seat 14C": {2},
+    "HAT001": {0},
+    "hours flight": {5},
+    "nothing matches": set(),
+}
+
+
+def test_every_store_finds_the_same_messages(tmp_path: Any, pg_schema: Any) -> None:
+    """The memory, SQLite and PostgreSQL stores return the same hits for the same query:
+    each term a phrase of its words, all required, words matched by their stems."""
+    stores = {"memory": cf.MemoryStore(), "sqlite": cf.SQLiteStore(tmp_path / "h.db"),
+              "postgres": pg_schema.open()}
+    messages = [cf.Message("user", text) for text in _CORPUS]
+    try:
+        for store in stores.values():
+            store.append("c", messages)
+        for query, expected in _QUERIES.items():
+            found = {name: {h.position for h in store.search_messages("c", query, limit=20)}
+                     for name, store in stores.items()}
+            assert found == dict.fromkeys(stores, expected), query
+    finally:
+        for store in stores.values():
+            store.close()

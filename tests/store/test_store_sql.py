@@ -184,7 +184,9 @@ def test_search_sql_quotes_every_term_and_binds_every_value() -> None:
     assert "snippet(" not in sql and "LIMIT 50)" in sqlite.search_sql("messages", 50)
     assert 't."swarm_id" = ?' in sqlite.search_sql("broadcasts")
     assert '"reasoning_tsv" @@' in postgres_search_sql("reasoning")
-    assert "plainto_tsquery" in postgres_search_sql("messages")
+    two = postgres_search_sql("messages", terms=2)  # each term a phrase, all required
+    assert "phraseto_tsquery('english'::regconfig, :q0) && phraseto_tsquery(" in two
+    assert ":q1)" in two and ":q " not in two
 
 
 @sqlite_only

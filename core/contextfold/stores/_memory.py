@@ -1,7 +1,9 @@
 """``MemoryStore``: the whole contract in process memory, for tests and short scripts.
 
-Nothing survives the process. Search ranks with BM25 over lower-cased words (no stemming),
-so results follow the SQL backends closely without a database.
+Nothing survives the process. Search has the stores' one semantics: every whitespace-separated
+term of the query must appear as a phrase of its words, each word matched by its Porter stem
+(as SQLite's FTS5 ``porter`` tokenizer and PostgreSQL's English configuration match them),
+ranked with BM25 over the stems.
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 import math
 import re
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
+
+import snowballstemmer
 
 from .._messages.model import Message
 from ._base import BaseStore, SearchHit, SearchKind
@@ -96,7 +102,7 @@ class MemoryStore(BaseStore):
             rows = list(self._broadcasts.get(owner, []) if kind == "broadcasts"
                         else self._rows.get(owner, []))
         texts = [_text(kind, r.message) for r in rows]
-        scored = _bm25(texts, [w.lower() for t in terms for w in _WORDS.findall(t)])
+        scored = _bm25(texts, [_stems(t) for t in terms])
         prefix = "b" if kind == "broadcasts" else "m"
         pattern = snippet_pattern(terms)
         hits = [
@@ -179,19 +185,46 @@ def _text(kind: SearchKind, message: Message) -> str:
     return message.text if kind == "broadcasts" else search_text(message)
 
 
-def _bm25(texts: list[str], words: list[str], k1: float = 1.2, b: float = 0.75
+_STEMMER = snowballstemmer.stemmer("porter")
+_STEM_LOCK = threading.Lock()  # a snowball stemmer keeps state between calls
+
+
+@lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    folded = "".join(c for c in unicodedata.normalize("NFKD", word.lower())
+                     if not unicodedata.combining(c))  # as FTS5's remove_diacritics
+    with _STEM_LOCK:
+        return str(_STEMMER.stemWord(folded))
+
+
+def _stems(text: str) -> list[str]:
+    return [_stem(w) for w in _WORDS.findall(text)]
+
+
+def _has_phrase(tokens: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    return any(tokens[k:k + n] == phrase for k in range(len(tokens) - n + 1)
+               if tokens[k] == phrase[0])
+
+
+def _bm25(texts: list[str], phrases: list[list[str]], k1: float = 1.2, b: float = 0.75
           ) -> list[tuple[int, float]]:
-    """``(index, score)`` of the texts holding every word, scored with BM25."""
-    if not words:
+    """``(index, score)`` of the texts holding every phrase (of stems), scored with BM25
+    over the phrases' stems."""
+    phrases = [p for p in phrases if p]
+    if not phrases:
         return []
-    docs = [Counter(w.lower() for w in _WORDS.findall(t)) for t in texts]
-    lengths = [sum(d.values()) for d in docs]
+    tokens = [_stems(t) for t in texts]
+    docs = [Counter(d) for d in tokens]
+    lengths = [len(d) for d in tokens]
     average = (sum(lengths) / len(docs)) if docs else 0.0
-    wanted = set(words)
+    wanted = {w for p in phrases for w in p}
     frequency = {w: sum(1 for d in docs if w in d) for w in wanted}
     out = []
     for i, doc in enumerate(docs):
         if not all(w in doc for w in wanted):
+            continue
+        if not all(len(p) == 1 or _has_phrase(tokens[i], p) for p in phrases):
             continue
         score = 0.0
         for w in wanted:

@@ -61,8 +61,9 @@ _SEARCH: dict[SearchKind, tuple[str, str, str, str]] = {
 }
 
 
-def postgres_search_sql(kind: SearchKind, window: int | None = None) -> str:
-    """The ranked search statement for ``kind``; binds ``:q``, ``:owner``, ``:limit``.
+def postgres_search_sql(kind: SearchKind, window: int | None = None, terms: int = 1) -> str:
+    """The ranked search statement for ``kind``; binds ``:q0`` ... ``:q{terms-1}`` (each term
+    a phrase, all required, as in every store), ``:owner``, ``:limit``.
 
     Matches come from the GIN index (``id + 0`` keeps the planner from walking the primary
     key backwards through every row instead). With ``window``, only the owner's ``window``
@@ -70,13 +71,15 @@ def postgres_search_sql(kind: SearchKind, window: int | None = None) -> str:
     for the returned rows alone.
     """
     table, owner, tsv, text_column = _SEARCH[kind]
+    query = " && ".join(f"phraseto_tsquery('english'::regconfig, :q{i})"
+                        for i in range(max(1, terms)))
     recent = "" if window is None else f' ORDER BY t."id" + 0 DESC LIMIT {int(window)}'
     return f"""SELECT t."id", t."{owner}", t."position", t."body", r."rank",
     ts_headline('english'::regconfig, t."{text_column}", r."q",
         'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=1')
     FROM (SELECT m."id", m."q", ts_rank_cd(m."{tsv}", m."q") AS "rank"
         FROM (SELECT t."id", t."{tsv}", q."q" FROM {table} AS t,
-            plainto_tsquery('english'::regconfig, :q) AS q("q")
+            (SELECT {query}) AS q("q")
             WHERE t."{owner}" = :owner AND t."{tsv}" @@ q."q"{recent}) AS m
         ORDER BY "rank" DESC, m."id" DESC LIMIT :limit) AS r
     JOIN {table} AS t ON t."id" = r."id"
@@ -219,9 +222,9 @@ class PostgresStore(BaseStore):
     def _search(
         self, kind: SearchKind, owner: str, terms: list[str], limit: int
     ) -> list[SearchHit]:
-        query = " ".join(terms).replace("\x00", " ")
-        rows = self._rows(postgres_search_sql(kind, self.search_window), q=query, owner=owner,
-                          limit=limit)
+        phrases = {f"q{i}": t.replace("\x00", " ") for i, t in enumerate(terms)}
+        rows = self._rows(postgres_search_sql(kind, self.search_window, len(terms)),
+                          owner=owner, limit=limit, **phrases)
         table = _SEARCH[kind][0]
         prefix = "b" if kind == "broadcasts" else "m"
         hits = []
