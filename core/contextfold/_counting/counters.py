@@ -317,7 +317,9 @@ class ApproximateCounter(TiktokenCounter):
     stated factor (see :data:`APPROXIMATIONS`). The name says so (it is in every report),
     and the Compactor corrects the decision from the usage the provider reports."""
 
-    def __init__(self, family: str, encoding: str, factor: float, source: str) -> None:
+    def __init__(
+        self, family: str, encoding: str | tiktoken.Encoding, factor: float, source: str
+    ) -> None:
         if not factor > 0:
             raise ConfigurationError(f"factor must be > 0, got {factor}")
         super().__init__(encoding)
@@ -354,8 +356,9 @@ def counter_for_model(model: str | None = None, *, chars_per_token: float = 1.5)
         family = _family(model or "")
         if family is not None:
             base, factor, source = APPROXIMATIONS[family]
-            if load_encoding(base) is not None:
-                return ApproximateCounter(family, base, factor, source)
+            approximated = load_encoding(base)
+            if approximated is not None:
+                return ApproximateCounter(family, approximated, factor, source)
         return EstimatingCounter(chars_per_token)
     loaded = load_encoding(encoding)
     if loaded is None:

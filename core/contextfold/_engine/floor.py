@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
 from .._policies.contract import CompactionContext, PolicyOutcome, Target
-from .._policies.prompt_source import NON_PROMPT_SOURCES
+from .._policies.prompt_source import find_prompt
 from ..errors import BudgetExceededError
 
 __all__ = ["FLOOR_NOTICE", "floor_outcome", "latest_request"]
@@ -64,9 +64,11 @@ def floor_outcome(
 
 
 def latest_request(view: Sequence[Message]) -> int | None:
-    """Index of the latest user request: the last user message that is not a summary, a
-    nudge or a notice (the last user message of any kind when there is none such)."""
-    users = [i for i in range(leading_system_count(view), len(view)) if view[i].role == "user"]
-    real = [i for i in users if view[i].source not in NON_PROMPT_SOURCES]
-    return (real or users)[-1] if users else None
-
+    """Index of the latest user request: the most recent real prompt (not a summary, a
+    nudge or a notice), else the last user message of any kind."""
+    start = leading_system_count(view)
+    found = find_prompt(view, start)
+    if found is not None:
+        return found
+    return next((i for i in range(len(view) - 1, start - 1, -1) if view[i].role == "user"),
+                None)

@@ -135,13 +135,11 @@ def _json_value(value: Any, where: str) -> Any:
 def loads(text: str | bytes) -> Message:
     """The message stored as ``text``; ``CodecError`` when it is not one (also for nesting
     deeper than any message holds, and for NaN or Infinity, which no message holds)."""
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, TypeError) as exc:
-        raise CodecError(f"not JSON: {exc}") from None
-    except RecursionError:
-        raise CodecError("nested too deeply to be a message") from None
-    try:
+    try:  # the parser and the decoder both recurse into nested values
+        try:
+            doc = json.loads(text, parse_constant=_no_constant)
+        except (ValueError, TypeError) as exc:
+            raise CodecError(f"not JSON: {exc}") from None
         return decode(doc)
     except RecursionError:
         raise CodecError("nested too deeply to be a message") from None
