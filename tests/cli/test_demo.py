@@ -24,6 +24,23 @@ def test_demo_reads_every_email_within_budget(tmp_path: Path) -> None:
     assert sum(s["compacted"] for s in steps) >= 2
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
     assert (tmp_path / "history.db").stat().st_size > 0
+    assert "model: scripted" in text  # the output says no real model answered
+
+
+def test_demo_report_shows_what_each_compaction_put_in_view_and_its_handles(
+        tmp_path: Path) -> None:
+    assert run_demo(data_dir=tmp_path, emails=43, out=io.StringIO()) == 0
+    compactions = [s for s in json.loads((tmp_path / "report.json").read_text())["steps"]
+                   if s["compacted"]]
+    page = (tmp_path / "report.html").read_text()
+    for step in compactions:
+        assert any(text.startswith("[Compaction ledger") for text in step["inserted"])
+        handles = [t["handle"] for t in step["targets"] if t["handle"]]
+        assert len(handles) == len(step["targets"])  # every cut message can be read back
+        assert f"<code>{handles[0]}</code>" in page
+        assert f"Step {step['step']}: threshold" in page
+    # What the ledger and summary say about a cut e-mail is on the page.
+    assert "EM-001" in page and "[Compaction Summary]" in page
 
 
 def test_demo_through_the_command_line(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._policies.contract import Target
-from .replay import Replay, StepRecord
+from .replay import Replay, StepRecord, inserted_texts
 
 __all__ = ["DEMO_BUDGET", "run_demo"]
 
@@ -58,7 +58,8 @@ def _targets(report: dict[str, Any]) -> tuple[Target, ...]:
     for t in report.get("targets", []):
         out.append(Target(index=t.get("index", -1), role=t.get("role", ""),
                           method=t.get("method", ""), original_tokens=t.get("original_tokens", 0),
-                          new_tokens=t.get("new_tokens", 0), tool_name=t.get("tool_name")))
+                          new_tokens=t.get("new_tokens", 0), tool_name=t.get("tool_name"),
+                          handle=t.get("handle")))
     return tuple(out)
 
 
@@ -105,13 +106,15 @@ def _run_loop(data_dir: Path, emails: int, real: bool, model_name: str | None,
         last = events.reports[-1] if events.reports else None
         sent = to_core(events.requests[-1]) if events.requests else to_core(history)
         sent_tokens = counter.count_messages(sent)
+        compacted = last is not None and last["method"] != "none"
         record = StepRecord(
             step=step, history_messages=len(history), history_tokens=history_tokens,
             sent_messages=len(sent), sent_tokens=sent_tokens,
-            compacted=last is not None and last["method"] != "none",
+            compacted=compacted,
             llm_calls=sum(r.get("llm_calls", 0) for r in events.reports),
             method=last["method"] if last else "none",
             targets=_targets(last) if last else (), duration=last["duration"] if last else 0.0,
+            inserted=inserted_texts(sent) if compacted else (),
         )
         run.steps.append(record)
         note = f", compacted ({record.method})" if record.compacted else ""
@@ -141,6 +144,9 @@ def run_demo(*, data_dir: Path, emails: int = 43, real: bool = False, model: str
               f"{DEMO_BUDGET.input_budget:,} input tokens (trigger "
               f"{DEMO_BUDGET.trigger_tokens:,}, target {DEMO_BUDGET.target_tokens:,}), "
               f"counter {counter.name}\n")
+    out.write(f"model: {model or 'gpt-4o-mini'} over the OpenAI API\n" if real else
+              "model: scripted (offline, no API key; it calls the tools as an agent would), "
+              "summaries by the extractive summarizer\n")
     run, mailbox, history = _run_loop(data_dir, emails, real, model, counter, out)
     final = history[-1].content if history else ""
     refs = {e.reference for e in mailbox.emails.values()}
@@ -162,6 +168,7 @@ def run_demo(*, data_dir: Path, emails: int = 43, real: bool = False, model: str
               f"{run.steps[-1].history_tokens:,} tokens\n")
     report = write_html(run, data_dir / "report.html")
     (data_dir / "report.json").write_text(json.dumps(run.to_dict(), indent=2))
-    out.write(f"report: {report}\nfull history: {data_dir / 'history.db'}\n")
+    out.write(f"report: {report}\nrun as JSON: {data_dir / 'report.json'}\n"
+              f"full history: {data_dir / 'history.db'}\n")
     ok = unique_reads == emails and len(found) == len(refs) and peak <= DEMO_BUDGET.input_budget
     return 0 if ok or real else 1

@@ -18,7 +18,15 @@ from .._messages.model import Message
 from .._policies.contract import Policy, Target
 from .._summaries.summarizer import AnySummarizer
 
-__all__ = ["Replay", "StepRecord", "replay", "step_boundaries"]
+__all__ = ["Replay", "StepRecord", "inserted_texts", "replay", "step_boundaries"]
+
+_INSERTED_SOURCES = ("summary", "ledger")
+
+
+def inserted_texts(sent: Sequence[Message]) -> tuple[str, ...]:
+    """The text of each message compaction put in the model's view (summaries, the ledger,
+    notices), in order."""
+    return tuple(m.text for m in sent if m.source in _INSERTED_SOURCES)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class StepRecord:
     """What the pass changed."""
     duration: float = 0.0
     """Seconds the compaction took."""
+    inserted: tuple[str, ...] = ()
+    """Text of the summaries, ledger and notices in view after the compaction."""
 
 
 @dataclass
@@ -90,6 +100,7 @@ class Replay:
                     "llm_calls": s.llm_calls,
                     "method": s.method,
                     "duration_ms": round(s.duration * 1000, 3),
+                    "inserted": list(s.inserted),
                     "targets": [
                         {
                             "index": t.index,
@@ -98,6 +109,7 @@ class Replay:
                             "method": t.method,
                             "original_tokens": t.original_tokens,
                             "new_tokens": t.new_tokens,
+                            "handle": t.handle,
                         }
                         for t in s.targets
                     ],
@@ -156,6 +168,7 @@ def replay(
             method=report.method,
             targets=report.targets,
             duration=report.duration,
+            inserted=inserted_texts(sent) if report.method != "none" else (),
         )
         run.steps.append(record)
         if number in capture:
