@@ -20,6 +20,7 @@ The root holds what users call. The rest is grouped by who needs it:
 
 from ._counting.budget import Budget
 from ._counting.counters import EstimatingCounter, TiktokenCounter, TokenCounter, counter_for_model
+from ._counting.endpoint import EndpointCounter
 from ._counting.usage import UsageBreakdown
 from ._engine.compactor import Compactor, acompact, compact
 from ._engine.events import CompactionApplied, CompactionStarted, ConversationIdle
@@ -60,6 +61,7 @@ __all__ = [
     "ConversationIdle",
     "ConversionError",
     "DedupeSupersededPass",
+    "EndpointCounter",
     "EstimatingCounter",
     "ExtractiveSummarizer",
     "ImagePart",

@@ -24,11 +24,10 @@ def _replay() -> Replay:
         history = 1_000 * i
         compacted = i in (6, 10)
         sent = history if i < 6 else 3_000 + 400 * (i - 6)
-        targets = tuple(
-            Target(k, "tool", "truncated", 2_000, 400, tool_name="read_email",
-                   handle=f"ctx_{i}_{k}")
-            for k in range(3, 3 + 4 * i, 4)
-        ) + (Target(2, "assistant", "summarized", 500, 0),) if compacted else ()
+        truncated = [Target(k, "tool", "truncated", 2_000, 400, tool_name="read_email",
+                            handle=f"ctx_{i}_{k}") for k in range(3, 3 + 4 * i, 4)]
+        summarized = Target(2, "assistant", "summarized", 500, 0)
+        targets = (*truncated, summarized) if compacted else ()
         inserted = (f"[Compaction Summary]\nTASK: step {i} <task>", f"[ledger] EM-00{i}") \
             if compacted else ()
         steps.append(StepRecord(i, 2 * i, history, 2 * i, sent, compacted, int(compacted),

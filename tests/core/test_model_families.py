@@ -1,14 +1,25 @@
-"""Counting for model families without a local tokenizer: a stated approximation first,
-then the provider's reported usage corrects the decision."""
+"""Counting for every model family in the budget table: the family's own tokenizer where a
+package ships it, else a stated approximation; then the provider's reported usage corrects
+the decision."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import pytest
 
 import contextfold as cf
-from contextfold._counting.counters import APPROXIMATIONS, ApproximateCounter
+from contextfold._counting import counters
+from contextfold._counting.budget import MODEL_LIMITS
+from contextfold._counting.counters import (
+    APPROXIMATIONS,
+    TOKENIZERS,
+    ApproximateCounter,
+    encoding_for_model,
+)
+from contextfold._counting.encodings import load_encoding
 from contextfold.testing import generate_history
 
 TRUE_FACTOR = 1.45
@@ -62,5 +73,101 @@ def test_after_one_reply_with_usage_the_estimate_is_within_five_percent() -> Non
         compactor.observe_usage(input_tokens=truth)
 
 
-def test_other_families_keep_the_conservative_estimate() -> None:
-    assert isinstance(cf.counter_for_model("gemini-2.0-flash"), cf.EstimatingCounter)
+OTHER_FAMILIES = sorted(m for m in MODEL_LIMITS if encoding_for_model(m) is None)
+
+
+@pytest.mark.parametrize("model", OTHER_FAMILIES)
+def test_every_model_in_the_budget_table_counts_by_tokenizer_or_stated_approximation(
+        model: str) -> None:
+    counter = cf.counter_for_model(model)
+    assert not isinstance(counter, cf.EstimatingCounter), counter.name
+    if isinstance(counter, ApproximateCounter):
+        encoding, factor, source = APPROXIMATIONS[counter.family]
+        assert counter.name == f"approx:{counter.family}={encoding}*{factor}"
+        assert counter.source == source and len(source) > 40  # a reason, not a label
+    else:
+        assert isinstance(counter, cf.TiktokenCounter)
+        packaged = {name for pairs in TOKENIZERS.values() for _, name in pairs}
+        assert counter.encoding.name in packaged
+
+
+@pytest.mark.parametrize(("model", "encoding"), [
+    ("llama-3.3-70b-versatile", "llama3"), ("meta-llama/Llama-4-Maverick", "llama4"),
+    ("mistral-large-latest", "tekken"), ("codestral-2501", "tekken"),
+])
+def test_families_with_a_packaged_tokenizer_count_with_it(model: str, encoding: str) -> None:
+    counter = cf.counter_for_model(model)
+    assert isinstance(counter, cf.TiktokenCounter) and counter.name == f"tiktoken:{encoding}"
+
+
+def test_tekken_splits_numbers_into_digits_where_cl100k_groups_three() -> None:
+    # Tells the real Tekken vocabulary apart from a renamed cl100k: Mistral splits digits.
+    tekken = cf.counter_for_model("mistral-small-latest")
+    assert tekken.count_text("1234567") == 7
+    assert cf.TiktokenCounter("cl100k_base").count_text("1234567") == 3
+
+
+def test_without_the_package_a_family_falls_back_to_its_approximation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    packaged = {name for pairs in TOKENIZERS.values() for _, name in pairs}
+    monkeypatch.setattr(counters, "load_encoding",
+                        lambda name: None if name in packaged else load_encoding(name))
+    for model, family in [("llama-3.1-8b", "llama"), ("mistral-large-2411", "mistral")]:
+        counter = cf.counter_for_model(model)
+        assert isinstance(counter, ApproximateCounter) and counter.family == family
+
+
+def _trace_texts(traces_dir: str) -> list[str]:
+    texts: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in ("tau-bench-airline/gpt-4o-airline.json", "swe-gym-openhands/sample_raw.json"):
+        with open(os.path.join(traces_dir, path), encoding="utf-8") as f:
+            walk(json.load(f))
+    return texts
+
+
+def test_the_stated_factors_match_the_packaged_tokenizers_on_the_traces(traces_dir: str) -> None:
+    """The approximations used without the packages say what these tokenizers measure."""
+    texts = _trace_texts(traces_dir)
+    base = cf.TiktokenCounter("cl100k_base")
+    cl100k = sum(base.count_text(t) for t in texts)
+    for model, family in [("llama-3.1-8b", "llama"), ("mistral-large-2411", "mistral")]:
+        own = cf.counter_for_model(model)
+        ratio = sum(own.count_text(t) for t in texts) / cl100k
+        factor = APPROXIMATIONS[family][1]
+        assert ratio <= factor + 0.005, (family, ratio)  # never undercounts by more than 0.5%
+        assert factor - ratio < 0.05, (family, ratio)  # and is close to what it approximates
+
+
+@pytest.mark.parametrize("model", ["gemini-2.5-pro", "qwen3-32b", "deepseek-chat", "grok-4.3"])
+def test_every_approximated_family_is_corrected_by_reported_usage(model: str) -> None:
+    counter = cf.counter_for_model(model)
+    assert isinstance(counter, ApproximateCounter)
+    true_factor = counter.factor * 1.12  # the provider counts more than the approximation
+    exact = cf.TiktokenCounter("cl100k_base")
+    history = generate_history(5, turns=6, tool_chars=1_500)
+    cuts = [i + 1 for i, m in enumerate(history) if m.role == "tool"]
+    compactor = cf.Compactor(cf.ThresholdPolicy(), cf.Budget.for_model(model), counter)
+    first = compactor.compact(history[: cuts[0]])
+    compactor.observe_usage(input_tokens=math.ceil(exact.count_messages(first.messages)
+                                                   * true_factor))
+    for cut in cuts[1:]:
+        result = compactor.compact(history[:cut])
+        truth = math.ceil(exact.count_messages(result.messages) * true_factor)
+        known = result.report.details["known_tokens"]
+        assert known is not None and abs(known - truth) / truth <= 0.05, (cut, known, truth)
+        compactor.observe_usage(input_tokens=truth)
+
+
+def test_a_model_of_no_known_family_keeps_the_conservative_estimate() -> None:
+    assert isinstance(cf.counter_for_model("acme-frontier-7"), cf.EstimatingCounter)

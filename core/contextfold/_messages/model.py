@@ -240,6 +240,11 @@ class Message:
             value = memo[key] = compute(self)
         return value
 
+    def has_derived(self, key: str) -> bool:
+        """True when :meth:`derived` has computed ``key`` for this message."""
+        memo: dict[str, Any] | None = self.__dict__.get("_derived")
+        return memo is not None and key in memo
+
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 

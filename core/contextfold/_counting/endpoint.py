@@ -1,0 +1,152 @@
+"""Exact counts from a provider's token-counting endpoint.
+
+For families without a local tokenizer (Claude, Gemini) the provider itself can count:
+Anthropic's ``POST /v1/messages/count_tokens``, Gemini's ``countTokens``. Each message is
+sent once, as the text of one user message, and its count is kept on the message like any
+other counter's, so an agent loop pays one request per new message, and a cold history is
+counted by several requests at a time.
+
+A request that fails is never the agent's failure: that message is counted by the fallback
+counter (the family's approximation) and a warning is issued once per counter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .._messages.model import ImagePart, Message, OpaquePart, TextPart
+from ..errors import ConfigurationError
+from .counters import (
+    REPLY_PRIMING,
+    TOKENS_PER_MESSAGE,
+    TokenCounter,
+    _BaseCounter,
+    counter_for_model,
+    image_tokens,
+)
+
+__all__ = ["EndpointCounter"]
+
+logger = logging.getLogger("contextfold")
+
+_PROBE = "a"  # one token in every tokenizer: its request measures the endpoint's framing
+
+
+class EndpointCounter(_BaseCounter):
+    """Counts with a provider's token-counting endpoint.
+
+    Args:
+        count: Returns the provider's input-token count of a request holding ``text`` as
+            one user message (the endpoint call). Called from worker threads.
+        name: Names the counter in reports (``"endpoint:anthropic:claude-sonnet-4"``).
+        fallback: Counts a message whose request failed; default: ``counter_for_model``
+            of ``model``, the family's stated approximation.
+        model: The model whose tokenizer the endpoint uses.
+        workers: Requests in flight at once when a history has many uncounted messages.
+
+    The framing of one request (what the endpoint adds around a one-token message) is
+    measured once and subtracted, so each message counts its own text plus the per-message
+    overhead every counter here uses.
+
+    With Gemini's SDK: ``EndpointCounter(lambda text: client.models.count_tokens(
+    model=m, contents=text).total_tokens, name=f"endpoint:gemini:{m}", model=m)``.
+    """
+
+    def __init__(
+        self,
+        count: Callable[[str], int],
+        *,
+        name: str,
+        model: str | None = None,
+        fallback: TokenCounter | None = None,
+        workers: int = 8,
+    ) -> None:
+        if workers < 1:
+            raise ConfigurationError(f"workers must be >= 1, got {workers}")
+        self._count = count
+        self.name = name
+        self.fallback = fallback or counter_for_model(model)
+        self.workers = workers
+        self._framing: int | None = None
+        self._warned = False
+
+    @classmethod
+    def anthropic(cls, client: Any, model: str, **kwargs: Any) -> EndpointCounter:
+        """Counts with Anthropic's ``messages.count_tokens`` through an ``anthropic.Anthropic``
+        client (``input_tokens`` of a one-message request)."""
+
+        def count(text: str) -> int:
+            reply = client.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": text}])
+            return int(reply.input_tokens)
+
+        return cls(count, name=f"endpoint:anthropic:{model}", model=model, **kwargs)
+
+    def _framing_tokens(self) -> int:
+        if self._framing is None:
+            self._framing = max(0, self._count(_PROBE) - 1)
+        return self._framing
+
+    def _ask(self, text: str) -> int | None:
+        try:
+            return max(0, self._count(text) - self._framing_tokens())
+        except Exception as exc:  # any client's error: count this one by the fallback
+            logger.debug("contextfold: token-counting request failed: %s", exc)
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"contextfold: the token-counting endpoint of {self.name} failed ({exc!r}); "
+                    f"counting with {self.fallback.name} where it fails",
+                    RuntimeWarning, stacklevel=4,
+                )
+            return None
+
+    def count_text(self, text: str) -> int:
+        """The endpoint's count of ``text`` (the fallback's when the request fails)."""
+        if not text:
+            return 0
+        asked = self._ask(text)
+        return self.fallback.count_text(text) if asked is None else asked
+
+    def _count_uncached(self, message: Message) -> int:
+        # One request per message: its texts joined, images by the tile formula.
+        texts: list[str] = [message.role]
+        images = 0
+        if message.name:
+            texts.append(message.name)
+        parts = (TextPart(message.content),) if isinstance(message.content, str) else (
+            message.content)
+        for part in parts:
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+            elif isinstance(part, ImagePart):
+                images += image_tokens(part)
+            elif isinstance(part, OpaquePart):
+                texts.append(json.dumps(dict(part.data), default=str))
+        if message.reasoning:
+            texts.append(message.reasoning)
+        for call in message.tool_calls:
+            texts += [call.name, call.arguments]
+        if message.tool_call_id:
+            texts.append(message.tool_call_id)
+        joined = "\n".join(t for t in texts if t)
+        asked = self._ask(joined)
+        if asked is None:
+            return self.fallback.count_message(message)
+        return TOKENS_PER_MESSAGE + asked + images
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """Tokens of a request; messages not counted yet are sent ``workers`` at a time."""
+        seq = messages if isinstance(messages, (list, tuple)) else list(messages)
+        key = "tokens:" + self.name
+        new = [m for m in seq if not m.has_derived(key)]
+        if len(new) > 1 and self.workers > 1:
+            self._framing_tokens()  # measured once, before the threads start
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="contextfold-count") as pool:
+                list(pool.map(self.count_message, new))
+        return super().count_messages(seq) if seq else REPLY_PRIMING
