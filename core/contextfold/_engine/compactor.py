@@ -39,6 +39,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -66,6 +67,7 @@ from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer
+from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
 from ..stores._protocols import HistoryStore
 from .events import (
@@ -375,29 +377,42 @@ class Compactor:
 
     def _run(self, plan: Plan) -> CompactionResult:
         try:
-            view, repairs, context = self._prepare(plan)
-            service = self._service(context.counter)
-            try:
-                outcome = _drive(self.policy.run(view, context), service.answer)
-            except BudgetExceededError as error:
-                outcome = floor_outcome(view, context, error, self.policy.name)
-            return self._finish(plan, view, repairs, context, outcome, service)
+            with self._span(plan) as span:
+                view, repairs, context = self._prepare(plan)
+                service = self._service(context.counter)
+                try:
+                    outcome = _drive(self.policy.run(view, context), service.answer)
+                except BudgetExceededError as error:
+                    outcome = floor_outcome(view, context, error, self.policy.name)
+                result = self._finish(plan, view, repairs, context, outcome, service)
+                span.record(result.report)
+                return result
         except BaseException:
             self._forget()
             raise
 
     async def _arun(self, plan: Plan) -> CompactionResult:
         try:
-            view, repairs, context = self._prepare(plan)
-            service = self._service(context.counter)
-            try:
-                outcome = await _adrive(self.policy.run(view, context), service.aanswer)
-            except BudgetExceededError as error:
-                outcome = floor_outcome(view, context, error, self.policy.name)
-            return self._finish(plan, view, repairs, context, outcome, service)
+            with self._span(plan) as span:
+                view, repairs, context = self._prepare(plan)
+                service = self._service(context.counter)
+                try:
+                    outcome = await _adrive(self.policy.run(view, context), service.aanswer)
+                except BudgetExceededError as error:
+                    outcome = floor_outcome(view, context, error, self.policy.name)
+                result = self._finish(plan, view, repairs, context, outcome, service)
+                span.record(result.report)
+                return result
         except BaseException:
             self._forget()
             raise
+
+    def _span(self, plan: Plan) -> AbstractContextManager[CompactionSpan]:
+        """The telemetry span of a pass that compacts (none for a rebuild below the trigger)."""
+        if not plan.needs:
+            return nullcontext(NO_SPAN)
+        return compaction_span(policy=self.policy.name, model=self.budget.model,
+                               conversation_id=self.conversation_id, forced=plan.force)
 
     def _prepare(
         self, plan: Plan

@@ -32,6 +32,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -39,6 +40,7 @@ from .._config import Ge, Gt, check, check_fields
 from .._counting.counters import EstimatingCounter, TokenCounter
 from .._engine.overflow import error_kind
 from .._policies.contract import SummaryReply, SummaryRequest
+from .._telemetry import NO_SUMMARY_SPAN, SummarySpan, summary_span
 from ..errors import ConfigurationError, SummarizerError
 from .cache import SummaryCache
 from .extractive import ExtractiveSummarizer
@@ -213,23 +215,46 @@ class SummaryService:
                 f"{type(self.summarizer).__name__} is async only (no summarize); use acompact"
             )
         method = self.summarizer.summarize
-        try:
-            if self.retry.timeout is None:
-                return _checked(method(request))
-            return _checked(_within(method, request, self.retry.timeout))
-        except Exception as exc:
-            return _Outcome(None, exc)
+        with self._span() as span:
+            try:
+                if self.retry.timeout is None:
+                    outcome = _checked(method(request))
+                else:
+                    outcome = _checked(_within(method, request, self.retry.timeout))
+            except Exception as exc:
+                outcome = _Outcome(None, exc)
+            return self._traced(span, request, outcome)
 
     async def _call_async(self, request: SummaryRequest) -> _Outcome:
         if not isinstance(self.summarizer, AsyncSummarizer):
             return self._call_sync(request)
         method = self.summarizer.asummarize
-        try:
-            if self.retry.timeout is None:
-                return _checked(await method(request))
-            return _checked(await asyncio.wait_for(method(request), self.retry.timeout))
-        except Exception as exc:
-            return _Outcome(None, exc)
+        with self._span() as span:
+            try:
+                if self.retry.timeout is None:
+                    outcome = _checked(await method(request))
+                else:
+                    outcome = _checked(await asyncio.wait_for(method(request),
+                                                              self.retry.timeout))
+            except Exception as exc:
+                outcome = _Outcome(None, exc)
+            return self._traced(span, request, outcome)
+
+    def _span(self) -> AbstractContextManager[SummarySpan]:
+        """A telemetry span for a call to an LLM summarizer (the extractive one is not)."""
+        if not self.llm:
+            return nullcontext(NO_SUMMARY_SPAN)
+        return summary_span(getattr(self.summarizer, "name", type(self.summarizer).__name__))
+
+    def _traced(self, span: SummarySpan, request: SummaryRequest, outcome: _Outcome) -> _Outcome:
+        if span.span is not None:
+            span.finish(
+                input_tokens=self._input_tokens(request),
+                output_tokens=None if outcome.text is None else self.counter.count_text(
+                    outcome.text),
+                error=outcome.error if outcome.text is None else None,
+            )
+        return outcome
 
     # -- the flow (written once) -----------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""OpenTelemetry spans and metrics for compactions and summaries, when OpenTelemetry is there.
+
+With ``opentelemetry-api`` installed (the ``otel`` extra) every compaction pass is a span
+``compact_context {model}`` and every call to an LLM summarizer a child span
+``summarize {summarizer}``, named and attributed after the GenAI semantic conventions
+(``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.conversation.id``,
+``gen_ai.usage.input_tokens``/``output_tokens``, ``error.type``), with the compaction's own
+figures under ``contextfold.*``. Summaries also record the conventions' client metrics
+(``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``); compactions record
+``contextfold.compaction.duration`` and ``contextfold.compaction.tokens_saved``.
+
+Whatever SDK and exporters the application configured receive them; without an SDK the API
+is a no-op, and without the package nothing here runs. Calls that need no compaction (the
+fast path) never reach this module, so they cost nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._engine.result import CompactionReport
+
+__all__ = [
+    "INSTRUMENTATION",
+    "NO_SPAN",
+    "NO_SUMMARY_SPAN",
+    "CompactionSpan",
+    "SummarySpan",
+    "compaction_span",
+    "summary_span",
+]
+
+INSTRUMENTATION = "contextfold"
+"""The instrumentation scope name of contextfold's tracer and meter."""
+
+
+@cache
+def _available() -> bool:
+    return importlib.util.find_spec("opentelemetry") is not None
+
+
+@cache
+def _meters() -> dict[str, Any]:
+    from opentelemetry import metrics
+
+    meter = metrics.get_meter(INSTRUMENTATION)
+    return {
+        "compaction_duration": meter.create_histogram(
+            "contextfold.compaction.duration", unit="s",
+            description="Duration of a compaction pass"),
+        "tokens_saved": meter.create_histogram(
+            "contextfold.compaction.tokens_saved", unit="{token}",
+            description="Input tokens a compaction pass removed"),
+        "operation_duration": meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s",
+            description="GenAI operation duration"),
+        "token_usage": meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}",
+            description="Number of input and output tokens used"),
+    }
+
+
+class CompactionSpan:
+    """The open span of one compaction pass; :meth:`record` sets its figures."""
+
+    def __init__(self, span: Any, attributes: dict[str, Any]) -> None:
+        self.span = span
+        self.attributes = attributes
+
+    def record(self, report: CompactionReport) -> None:
+        """Put the report's figures on the span and the compaction metrics."""
+        if self.span is None:
+            return
+        figures = {
+            "contextfold.method": report.method,
+            "contextfold.tokens_before": report.tokens_before,
+            "contextfold.tokens_after": report.tokens_after,
+            "contextfold.tokens_saved": report.tokens_saved,
+            "contextfold.messages_before": report.messages_before,
+            "contextfold.messages_after": report.messages_after,
+            "contextfold.targets": len(report.targets),
+            "contextfold.llm_calls": report.llm_calls,
+            "contextfold.forced": report.forced,
+            "gen_ai.usage.input_tokens": report.tokens_after,
+        }
+        self.span.set_attributes(figures)
+        meters = _meters()
+        labels = {k: v for k, v in self.attributes.items()
+                  if k in ("contextfold.policy", "gen_ai.request.model")}
+        labels["contextfold.method"] = report.method
+        meters["compaction_duration"].record(report.duration, labels)
+        meters["tokens_saved"].record(max(0, report.tokens_saved), labels)
+
+
+NO_SPAN = CompactionSpan(None, {})
+"""The span of a pass that is not traced."""
+
+
+@contextmanager
+def compaction_span(
+    *, policy: str, model: str | None, conversation_id: str | None, forced: bool
+) -> Iterator[CompactionSpan]:
+    """A span around one compaction pass (a no-op without OpenTelemetry)."""
+    if not _available():
+        yield NO_SPAN
+        return
+    from opentelemetry import trace
+
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "compact_context",
+        "contextfold.policy": policy,
+        "contextfold.forced": forced,
+    }
+    if model:
+        attributes["gen_ai.request.model"] = model
+    if conversation_id:
+        attributes["gen_ai.conversation.id"] = conversation_id
+    name = f"compact_context {model}" if model else "compact_context"
+    tracer = trace.get_tracer(INSTRUMENTATION)
+    with tracer.start_as_current_span(name, kind=trace.SpanKind.INTERNAL,
+                                      attributes=attributes) as span:
+        yield CompactionSpan(span, attributes)
+
+
+class SummarySpan:
+    """The open span of one summarizer call; :meth:`finish` records its outcome."""
+
+    def __init__(self, span: Any, attributes: dict[str, Any]) -> None:
+        self.span = span
+        self.attributes = attributes
+        self.started = time.perf_counter()
+
+    def finish(self, *, input_tokens: int, output_tokens: int | None,
+               error: BaseException | None) -> None:
+        """Set the token usage or the error, and record the GenAI client metrics."""
+        if self.span is None:
+            return
+        meters = _meters()
+        labels = dict(self.attributes)
+        self.span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        meters["token_usage"].record(input_tokens, {**labels, "gen_ai.token.type": "input"})
+        if error is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            labels["error.type"] = type(error).__qualname__
+            self.span.set_attribute("error.type", labels["error.type"])
+            self.span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
+        elif output_tokens is not None:
+            self.span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            meters["token_usage"].record(output_tokens,
+                                         {**labels, "gen_ai.token.type": "output"})
+        meters["operation_duration"].record(time.perf_counter() - self.started, labels)
+
+
+NO_SUMMARY_SPAN = SummarySpan(None, {})
+"""The span of a summarizer call that is not traced."""
+
+
+@contextmanager
+def summary_span(summarizer: str) -> Iterator[SummarySpan]:
+    """A span around one call to an LLM summarizer (a no-op without OpenTelemetry)."""
+    if not _available():
+        yield NO_SUMMARY_SPAN
+        return
+    from opentelemetry import trace
+
+    attributes = {"gen_ai.operation.name": "summarize", "contextfold.summarizer": summarizer}
+    tracer = trace.get_tracer(INSTRUMENTATION)
+    with tracer.start_as_current_span(f"summarize {summarizer}", kind=trace.SpanKind.INTERNAL,
+                                      attributes=attributes) as span:
+        yield SummarySpan(span, attributes)
