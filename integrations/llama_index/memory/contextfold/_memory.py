@@ -110,7 +110,8 @@ class CompactingMemory(BaseMemory):
                 prompt, tools and input: with a ``ContextChatEngine``, its retrieved context
                 (about ``similarity_top_k`` times the chunk size) and context template.
             chat_history: messages to start with (replaces the session's stored history).
-            llm, token_limit: accepted for ``memory_cls.from_defaults(...)`` call sites.
+            llm: accepted for ``memory_cls.from_defaults(...)`` call sites.
+            token_limit: accepted for ``memory_cls.from_defaults(...)`` call sites.
             **ignored: other keyword arguments chat engines pass are accepted and ignored.
         """
         if budget is None:
