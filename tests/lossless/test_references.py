@@ -175,3 +175,42 @@ def test_truncation_policy_cuts_name_the_original() -> None:
     (target,) = [t for t in result.report.targets if t.method == "truncated"]
     assert target.handle in result.messages[-1].text
     assert compactor.references.get_original(None, target.handle) == history[-1].text
+
+
+class _CountingCache(cf.stores.ReferenceCache):
+    """A reference cache that counts the originals put into it."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=10_000)
+        self.puts: list[str] = []
+
+    def put_original(self, conversation_id: str | None, handle: str, text: str) -> None:
+        self.puts.append(handle)
+        super().put_original(conversation_id, handle, text)
+
+
+def test_a_left_out_history_that_grows_keeps_its_handles_and_is_kept_once() -> None:
+    from contextfold._lossless.ledger import HANDLE_BLOCK
+    from contextfold.testing import generate_history
+
+    history = generate_history(3, turns=300, tool_chars=200)
+    points = [i for i in range(1, len(history)) if history[i].role == "assistant"
+              and history[i - 1].role in ("user", "tool")]
+    cache = _CountingCache()
+    compactor = cf.Compactor(cf.LoopSlicePolicy(), cf.Budget(context_window=8_000),
+                             cf.TiktokenCounter("cl100k_base"), references=cache)
+    first: dict[int, str] = {}  # the handles of the first call's closed blocks
+    for n in points[-40:]:
+        report = compactor.compact(history[:n]).report
+        dropped = {t.index: t.handle for t in report.targets if t.method == "dropped"}
+        assert dropped and all(dropped.values())
+        if not first:
+            closed = max(dropped) // HANDLE_BLOCK * HANDLE_BLOCK
+            first = {i: h for i, h in dropped.items() if i < closed and h}
+        # Later calls left out more, but every closed block kept its handle.
+        assert {i: dropped[i] for i in first} == first
+        for handle in set(dropped.values()):  # every handle still reads back
+            assert cache.get_original(None, handle)
+    assert len(set(first.values())) >= 2
+    # Each closed block's original was kept once, not at every call.
+    assert all(cache.puts.count(h) == 1 for h in set(first.values()))

@@ -86,6 +86,8 @@ __all__ = ["Compactor", "acompact", "compact"]
 
 logger = logging.getLogger("contextfold")
 
+_KEPT_HANDLES = 100_000  # handles whose originals this compactor remembers having kept
+
 _TAKEN_OUT = frozenset({"summarized", "dropped", "truncated", "cleared", "inputs_cleared",
                         "image_stripped", "superseded"})
 """Target methods that take content out of view: a run with one of them is a compaction."""
@@ -225,6 +227,7 @@ class Compactor:
         self.cache = cache_for(cache if cache is not None else LRUSummaryCache(), store)
         self.on_summary_failure: OnSummaryFailure = on_summary_failure
         self._listeners: list[Listener] = list(listeners)
+        self._kept_handles: set[str] = set()
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
@@ -545,9 +548,12 @@ class Compactor:
         self, view: Sequence[Message], targets: Sequence[Target]
     ) -> dict[str, Any]:
         """Keep the originals behind the targets' handles; the report's figures."""
+        if len(self._kept_handles) > _KEPT_HANDLES:
+            self._kept_handles.clear()  # bounded; at worst an original is kept again
         kept = persist_originals(
             view, targets, store=self.store, cache=self.references,
             conversation_id=self.conversation_id, learning=learning_of(self._state),
+            kept=self._kept_handles,
         )
         learned = learned_in(self._state)
         return {**({"references": kept} if kept else {}),

@@ -182,8 +182,12 @@ def with_handles(
             runs.append([])
     handles: dict[int, str] = {}
     for run in runs:
-        if run:  # one handle per run, computed once: a run may hold thousands of messages
-            handles.update(dict.fromkeys(run, handle_for([view[k] for k in run])))
+        # One handle per block of a run, computed once: a run may hold thousands of
+        # messages. Blocks end at fixed positions, so a run that grows at every call (the
+        # history a slice leaves out) keeps the handles of its full blocks and only its
+        # last block is new.
+        for block in _blocks(run):
+            handles.update(dict.fromkeys(block, handle_for([view[k] for k in block])))
     if not handles:
         return tuple(targets)
     done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
@@ -193,6 +197,20 @@ def with_handles(
                            original_tokens=counter.count_message(m), new_tokens=0,
                            tool_name=m.name if m.role == "tool" else None, handle=handles[i]))
     return tuple(done)
+
+
+HANDLE_BLOCK = 256
+"""Positions per handle block: a run of left-out messages gets one handle per block."""
+
+
+def _blocks(run: list[int]) -> list[list[int]]:
+    """``run`` (consecutive positions) cut where a position is a multiple of HANDLE_BLOCK."""
+    blocks: list[list[int]] = []
+    for i in run:
+        if not blocks or i % HANDLE_BLOCK == 0:
+            blocks.append([])
+        blocks[-1].append(i)
+    return blocks
 
 
 def _new_entries(

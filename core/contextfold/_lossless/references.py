@@ -207,13 +207,15 @@ def default_references() -> ReferenceCache:
 def persist_originals(
     view: Sequence[Message], targets: Iterable[Target], *, store: HistoryStore | None = None,
     cache: ReferenceCache | None = None, conversation_id: str | None = None,
-    learning: LearnedImportance | None = None,
+    learning: LearnedImportance | None = None, kept: set[str] | None = None,
 ) -> dict[str, Any]:
     """Keep the original behind every target's handle (the driver's step after a pass).
 
     ``view`` is the policy's input (targets index it). Targets sharing a handle are kept as
     one transcript. Originals go to ``store`` when it keeps them for ``conversation_id``,
-    else to ``cache`` (default: :func:`default_references`). Returns figures for the report.
+    else to ``cache`` (default: :func:`default_references`). ``kept`` names handles this
+    caller already kept (a handle is a content hash, so its original is the same) and
+    receives the new ones. Returns figures for the report.
     """
     spans: dict[str, list[Message]] = {}
     tools: dict[str, str | None] = {}
@@ -229,8 +231,14 @@ def persist_originals(
     )
     chars = 0
     for handle, members in spans.items():
+        if kept is not None and handle in kept and (
+                not isinstance(sink, ReferenceCache)
+                or sink.get_original(conversation_id, handle) is not None):  # refreshed
+            continue
         text = original_text(members)
         sink.put_original(conversation_id or "", handle, text)
+        if kept is not None:
+            kept.add(handle)
         chars += len(text)
         if learning is not None:
             learning.note_handle(handle, tools[handle])
