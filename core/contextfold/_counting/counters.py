@@ -118,6 +118,30 @@ def image_tokens(part: ImagePart) -> int:
     return 85 + 170 * tiles
 
 
+def content_texts(message: Message) -> tuple[list[str], int]:
+    """What a message holds besides its labels (role, name, tool names): the texts a
+    counter counts (text parts, opaque parts as JSON, reasoning, call arguments, the
+    result's call id) and the tokens of its images by the tile formula."""
+    images = 0
+    if isinstance(message.content, str):
+        texts = [message.content]
+    else:
+        texts = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                texts.append(part.text)
+            elif isinstance(part, ImagePart):
+                images += image_tokens(part)
+            elif isinstance(part, OpaquePart):
+                texts.append(json.dumps(dict(part.data), default=str))
+    if message.reasoning:
+        texts.append(message.reasoning)
+    texts.extend(call.arguments for call in message.tool_calls)
+    if message.tool_call_id:
+        texts.append(message.tool_call_id)
+    return texts, images
+
+
 class _BaseCounter:
     """Shared message arithmetic; subclasses implement ``count_text``."""
 
@@ -139,26 +163,13 @@ class _BaseCounter:
         return n
 
     def _count_uncached(self, message: Message) -> int:
-        n = TOKENS_PER_MESSAGE + self._count_label(message.role)
+        texts, images = content_texts(message)
+        n = TOKENS_PER_MESSAGE + self._count_label(message.role) + images
+        n += sum(map(self.count_text, texts))
         if message.name:
             n += TOKENS_PER_NAME + self._count_label(message.name)
-        if isinstance(message.content, str):
-            n += self.count_text(message.content)
-        else:
-            for part in message.content:
-                if isinstance(part, TextPart):
-                    n += self.count_text(part.text)
-                elif isinstance(part, ImagePart):
-                    n += image_tokens(part)
-                elif isinstance(part, OpaquePart):
-                    n += self.count_text(json.dumps(dict(part.data), default=str))
-        if message.reasoning:
-            n += self.count_text(message.reasoning)
         for call in message.tool_calls:
             n += TOKENS_PER_TOOL_CALL + self._count_label(call.name)
-            n += self.count_text(call.arguments)
-        if message.tool_call_id:
-            n += self.count_text(message.tool_call_id)
         return n
 
     def count_message(self, message: Message) -> int:

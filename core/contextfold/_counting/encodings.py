@@ -105,23 +105,21 @@ def _tiktoken_cache_dirs() -> list[Path]:
     return dirs
 
 
+def _on_sys_path(relative: str, *, directory: bool = False) -> Path | None:
+    """The first ``relative`` file (or directory) found under a ``sys.path`` entry.
+
+    Walked by hand instead of ``importlib.util.find_spec``: find_spec imports the parent
+    package (``llama_index``, ``llama_models``...), and importing contextfold must not.
+    """
+    for entry in sys.path:
+        candidate = Path(entry or ".") / relative
+        if candidate.is_dir() if directory else candidate.is_file():
+            return candidate
+    return None
+
+
 def _llama_index_cache_dir() -> Path | None:
-    # Walk sys.path instead of importlib.util.find_spec: find_spec would import the
-    # ``llama_index`` namespace package, and importing contextfold must not load it.
-    for entry in sys.path:
-        candidate = Path(entry or ".") / "llama_index" / "core" / "_static" / "tiktoken_cache"
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
-def _package_file(package: str, relative: str) -> Path | None:
-    # Walked on sys.path, as above: the package itself is never imported.
-    for entry in sys.path:
-        candidate = Path(entry or ".") / package / relative
-        if candidate.is_file():
-            return candidate
-    return None
+    return _on_sys_path("llama_index/core/_static/tiktoken_cache", directory=True)
 
 
 def _from_package(name: str) -> tiktoken.Encoding | None:
@@ -132,7 +130,7 @@ def _from_package(name: str) -> tiktoken.Encoding | None:
     from tiktoken.load import load_tiktoken_bpe
 
     package, relative, pattern = PACKAGED_ENCODINGS[name]
-    path = _package_file(package, relative)
+    path = _on_sys_path(f"{package}/{relative}")
     if path is None:
         return None
     try:

@@ -12,22 +12,20 @@ counter (the family's approximation) and a warning is issued once per counter.
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .._messages.model import ImagePart, Message, OpaquePart, TextPart
+from .._messages.model import Message
 from ..errors import ConfigurationError
 from .counters import (
-    REPLY_PRIMING,
     TOKENS_PER_MESSAGE,
     TokenCounter,
     _BaseCounter,
+    content_texts,
     counter_for_model,
-    image_tokens,
 )
 
 __all__ = ["EndpointCounter"]
@@ -114,28 +112,10 @@ class EndpointCounter(_BaseCounter):
         return self.fallback.count_text(text) if asked is None else asked
 
     def _count_uncached(self, message: Message) -> int:
-        # One request per message: its texts joined, images by the tile formula.
-        texts: list[str] = [message.role]
-        images = 0
-        if message.name:
-            texts.append(message.name)
-        parts = (TextPart(message.content),) if isinstance(message.content, str) else (
-            message.content)
-        for part in parts:
-            if isinstance(part, TextPart):
-                texts.append(part.text)
-            elif isinstance(part, ImagePart):
-                images += image_tokens(part)
-            elif isinstance(part, OpaquePart):
-                texts.append(json.dumps(dict(part.data), default=str))
-        if message.reasoning:
-            texts.append(message.reasoning)
-        for call in message.tool_calls:
-            texts += [call.name, call.arguments]
-        if message.tool_call_id:
-            texts.append(message.tool_call_id)
-        joined = "\n".join(t for t in texts if t)
-        asked = self._ask(joined)
+        # One request per message: its labels and texts joined, images by the tile formula.
+        texts, images = content_texts(message)
+        parts = [message.role, message.name or "", *texts, *(c.name for c in message.tool_calls)]
+        asked = self._ask("\n".join(p for p in parts if p))
         if asked is None:
             return self.fallback.count_message(message)
         return TOKENS_PER_MESSAGE + asked + images
@@ -149,4 +129,4 @@ class EndpointCounter(_BaseCounter):
             self._framing_tokens()  # measured once, before the threads start
             with ThreadPoolExecutor(self.workers, thread_name_prefix="contextfold-count") as pool:
                 list(pool.map(self.count_message, new))
-        return super().count_messages(seq) if seq else REPLY_PRIMING
+        return super().count_messages(seq)
