@@ -45,25 +45,40 @@ def _available() -> bool:
     return importlib.util.find_spec("opentelemetry") is not None
 
 
+_HISTOGRAMS = {
+    "compaction_duration": ("contextfold.compaction.duration", "s",
+                            "Duration of a compaction pass"),
+    "tokens_saved": ("contextfold.compaction.tokens_saved", "{token}",
+                     "Input tokens a compaction pass removed"),
+    "operation_duration": ("gen_ai.client.operation.duration", "s",
+                           "GenAI operation duration"),
+    "token_usage": ("gen_ai.client.token.usage", "{token}",
+                    "Number of input and output tokens used"),
+}
+"""Key -> (metric name, unit, description) of every histogram recorded here."""
+
+
 @cache
 def _meters() -> dict[str, Any]:
     from opentelemetry import metrics
 
     meter = metrics.get_meter(INSTRUMENTATION)
-    return {
-        "compaction_duration": meter.create_histogram(
-            "contextfold.compaction.duration", unit="s",
-            description="Duration of a compaction pass"),
-        "tokens_saved": meter.create_histogram(
-            "contextfold.compaction.tokens_saved", unit="{token}",
-            description="Input tokens a compaction pass removed"),
-        "operation_duration": meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s",
-            description="GenAI operation duration"),
-        "token_usage": meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}",
-            description="Number of input and output tokens used"),
-    }
+    return {key: meter.create_histogram(name, unit=unit, description=description)
+            for key, (name, unit, description) in _HISTOGRAMS.items()}
+
+
+@contextmanager
+def _started(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    """The current span ``name`` while the block runs; ``None`` without OpenTelemetry."""
+    if not _available():
+        yield None
+        return
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer(INSTRUMENTATION)
+    with tracer.start_as_current_span(name, kind=trace.SpanKind.INTERNAL,
+                                      attributes=attributes) as span:
+        yield span
 
 
 class CompactionSpan:
@@ -107,11 +122,6 @@ def compaction_span(
     *, policy: str, model: str | None, conversation_id: str | None, forced: bool
 ) -> Iterator[CompactionSpan]:
     """A span around one compaction pass (a no-op without OpenTelemetry)."""
-    if not _available():
-        yield NO_SPAN
-        return
-    from opentelemetry import trace
-
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "compact_context",
         "contextfold.policy": policy,
@@ -122,9 +132,7 @@ def compaction_span(
     if conversation_id:
         attributes["gen_ai.conversation.id"] = conversation_id
     name = f"compact_context {model}" if model else "compact_context"
-    tracer = trace.get_tracer(INSTRUMENTATION)
-    with tracer.start_as_current_span(name, kind=trace.SpanKind.INTERNAL,
-                                      attributes=attributes) as span:
+    with _started(name, attributes) as span:
         yield CompactionSpan(span, attributes)
 
 
@@ -165,13 +173,6 @@ NO_SUMMARY_SPAN = SummarySpan(None, {})
 @contextmanager
 def summary_span(summarizer: str) -> Iterator[SummarySpan]:
     """A span around one call to an LLM summarizer (a no-op without OpenTelemetry)."""
-    if not _available():
-        yield NO_SUMMARY_SPAN
-        return
-    from opentelemetry import trace
-
     attributes = {"gen_ai.operation.name": "summarize", "contextfold.summarizer": summarizer}
-    tracer = trace.get_tracer(INSTRUMENTATION)
-    with tracer.start_as_current_span(f"summarize {summarizer}", kind=trace.SpanKind.INTERNAL,
-                                      attributes=attributes) as span:
+    with _started(f"summarize {summarizer}", attributes) as span:
         yield SummarySpan(span, attributes)
