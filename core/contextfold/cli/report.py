@@ -125,13 +125,14 @@ def _handles_cell(handles: Sequence[str]) -> str:
 
 
 def _grouped_targets(targets: Sequence[Target]) -> list[tuple[str, str, int, int, int, list[str]]]:
-    """Targets grouped by (method, tool or role): count, tokens before and after, handles."""
+    """Targets grouped by (method, tool or role): count, tokens before and after, and the
+    distinct handles (a run of left-out messages shares one)."""
     groups: dict[tuple[str, str], list[Target]] = {}
     for t in targets:
         groups.setdefault((t.method, t.tool_name or t.role), []).append(t)
     return [
         (method, what, len(ts), sum(t.original_tokens for t in ts),
-         sum(t.new_tokens for t in ts), [t.handle for t in ts if t.handle])
+         sum(t.new_tokens for t in ts), list(dict.fromkeys(t.handle for t in ts if t.handle)))
         for (method, what), ts in groups.items()
     ]
 
@@ -170,7 +171,7 @@ def _compactions_section(replay: Replay) -> str:
             f"<tr class='total'><td>total</td><td></td><td>{len(s.targets):,}</td>"
             f"<td>{sum(t.original_tokens for t in s.targets):,}</td>"
             f"<td>{sum(t.new_tokens for t in s.targets):,}</td>"
-            f"<td>{sum(len(g[5]) for g in grouped):,} handle(s)</td></tr>"
+            f"<td>{len({h for g in grouped for h in g[5]}):,} handle(s)</td></tr>"
         )
         table = (
             "<table><tr><th>done</th><th>to</th><th>messages</th><th>tokens before</th>"
