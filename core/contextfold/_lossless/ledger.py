@@ -125,7 +125,8 @@ def run_with_ledger(
     """
     positions = [i for i, m in enumerate(messages) if m.source != LEDGER_SOURCE
                  or m.role != "user" or _META not in m.metadata]
-    previous = [messages[i] for i in range(len(messages)) if i not in set(positions)]
+    previous = [m for m in messages if m.source == LEDGER_SOURCE and m.role == "user"
+                and _META in m.metadata]
     rest = [messages[i] for i in positions] if previous else messages
     room = ledger.room(context)
     if reserve:
