@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._summaries import identifiers
 from contextfold._summaries.identifiers import message_identifiers
 from contextfold.policy import SummaryRequest, extract_identifiers
 from contextfold.testing import generate_history, histories
@@ -180,6 +183,50 @@ def test_card_endings_are_identifiers() -> None:
 def test_embedded_references_are_found_in_order(refs: list[str], words: list[str]) -> None:
     text = " ".join([*words, *(f"ref {r}," for r in refs), *words])
     assert extract_identifiers(text) == list(dict.fromkeys(refs))
+
+
+def _windowed_matches(text: str) -> list[re.Match[str]]:
+    return [match for start, end in identifiers._candidate_windows(text)
+            for match in identifiers._PATTERN.finditer(text, start, end)]
+
+
+_PLAIN = ["reservation", "the", "status:", "checked", "baggage", "policy", "x" * 70]
+# Mostly plain words, so that candidate windows stay apart and their edges are exercised.
+_FRAGMENTS = _PLAIN * 8 + [
+    "January", "Sept.", "5,", "2026", "12:30", "PM", "$",
+    "1,204.50", "5", "million", "USD", "ana@example.com", "C:\\My", "Big", "Folder\\x.txt",
+    "/var/log/app.log", "src/app/main.py", "https://x.io/a?b=1", "#KT-9284", "ABC-123",
+    "mia_li_3668", "HAT001", "4155550123", "ending", "in", "9725", '{"id":', '"4WQ150",',
+    "\n", "  ", "a" * 70 + "1",
+]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=0, max_size=400),
+       st.lists(st.sampled_from([" ", "  ", "\n", "\t", ", "]), min_size=1, max_size=3))
+def test_scanning_candidate_windows_finds_what_a_whole_scan_finds(
+    words: list[str], separators: list[str],
+) -> None:
+    text = "".join(w + separators[i % len(separators)] for i, w in enumerate(words))
+    whole = list(dict.fromkeys(m.group() for m in identifiers._PATTERN.finditer(text)))
+    windowed = list(dict.fromkeys(m.group() for m in _windowed_matches(text)))
+    assert windowed == whole
+
+
+def test_candidate_windows_on_the_shared_traces(traces_dir: str) -> None:
+    for path in ("tau-bench-airline/gpt-4o-airline.json", "swe-gym-openhands/sample_raw.json"):
+        with open(os.path.join(traces_dir, path), encoding="utf-8") as f:
+            text = f.read()
+        whole = [m.span() for m in identifiers._PATTERN.finditer(text)]
+        assert [m.span() for m in _windowed_matches(text)] == whole
+        assert len(whole) > 1_000
+
+
+def test_prose_with_few_identifiers_is_scanned_only_around_them() -> None:
+    text = ("the agent checked the reservation and the baggage policy " * 2_000
+            + "order #KT-9284 " + "nothing to see here " * 2_000)
+    windows = identifiers._candidate_windows(text)
+    assert sum(end - start for start, end in windows) < 200
+    assert extract_identifiers(text) == ["#KT-9284"]
 
 
 def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:

@@ -74,6 +74,58 @@ _NOISE = re.compile(
 )
 
 
+# Every kind above holds at least one of these characters (a digit, a slash or backslash,
+# "@", "#" or a currency sign), so text without them holds no identifier. The full
+# pattern tries about twenty alternatives at every position (3-4 MB/s); a search for these
+# characters skips to the next candidate at C speed (over 100 MB/s), so prose and logs with
+# few identifiers scan ten times faster, and dense JSON no slower.
+_KEY = r"\d/\\@#$€£¥"
+# A token from its first key character, any tokens after it that hold one too, and the
+# next token ("12:30 PM", "5 million"): one window per run of such tokens.
+_KEY_RUN = re.compile(rf"[{_KEY}]\S*(?:\s+[^\s{_KEY}]*[{_KEY}]\S*)*(?:\s+\S+)?")
+# How far before its token a match may start: a month name ("Sept. 5", "September 5").
+_WORD_BEFORE = 11
+_WHOLE_SCAN_BELOW = 64
+
+
+def _token_start(text: str, near: int) -> int:
+    """Where the token holding position ``near`` starts, for a token longer than the 64
+    characters searched for a space: walked once, as such a token is one match."""
+    while near and not text[near - 1].isspace():
+        near -= 1
+    return near
+
+
+def _candidate_windows(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` that hold every match of the full pattern.
+
+    Each key character's token, with the token after it ("12:30 PM", "5 million") and a
+    month name before it, overlapping windows merged. Scanning the windows with the full
+    pattern finds exactly what a scan of the whole text finds, except for a Windows path
+    whose folder names hold several spaced words.
+    """
+    if len(text) < _WHOLE_SCAN_BELOW:
+        return [(0, len(text))]
+    windows: list[tuple[int, int]] = []
+    start = end = -1
+    rfind = text.rfind
+    for match in _KEY_RUN.finditer(text):
+        key, key_end = match.span()
+        near = key - 64 if key > 64 else 0
+        token = max(rfind(" ", near, key), rfind("\n", near, key), rfind("\t", near, key)) + 1
+        if not token:
+            token = _token_start(text, near)
+        token = token - _WORD_BEFORE if token > _WORD_BEFORE else 0
+        if token > end:
+            if end >= 0:
+                windows.append((start, end))
+            start = token
+        end = key_end
+    if end >= 0:
+        windows.append((start, end))
+    return windows
+
+
 def extract_identifiers(text: str) -> list[str]:
     """Every identifier in ``text``, verbatim, deduplicated, in order of first appearance.
 
@@ -82,7 +134,8 @@ def extract_identifiers(text: str) -> list[str]:
     ``mia_li_3668``, UUIDs, hashes) or are long digit runs (``4155550123``).
     """
     seen: dict[str, None] = {}
-    for match in _PATTERN.finditer(text):
+    scan = _PATTERN.finditer
+    for match in (m for start, end in _candidate_windows(text) for m in scan(text, start, end)):
         value = match.group()
         kind = match.lastgroup
         if kind in ("url", "path"):
