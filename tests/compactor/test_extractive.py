@@ -240,3 +240,13 @@ def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:
     remaining = _section(text, "REMAINING")
     assert remaining[0] == "- respond to the latest request: Now cancel reservation ZFA04Y."
     assert not any("none recorded" in r for r in remaining)
+
+
+def test_a_huge_message_is_scanned_on_its_head_and_tail_only() -> None:
+    filler = "the agent read the log and found nothing of note here. " * 5_000
+    text = f"start #KT-1001 {filler} middle #KT-2002 {filler} end #KT-3003"
+    assert len(text) > identifiers.SCAN_CHARS
+    found = identifiers.identifiers_of(cf.Message(role="tool", content=text, tool_call_id="c1"))
+    assert found == ("#KT-1001", "#KT-3003")
+    small = cf.Message(role="tool", content="a #KT-1001 b #KT-2002 c", tool_call_id="c1")
+    assert identifiers.identifiers_of(small) == ("#KT-1001", "#KT-2002")

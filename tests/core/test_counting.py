@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
@@ -471,3 +471,41 @@ def test_a_failing_download_falls_back_too(
     monkeypatch.setattr(tiktoken, "get_encoding", failing)
     with pytest.warns(RuntimeWarning):
         assert isinstance(cf.counter_for_model("gpt-4o"), cf.EstimatingCounter)
+
+
+# -- huge texts --------------------------------------------------------------------------
+
+_WORDS = st.sampled_from(["the", "The", "agent", "HAT001", "4WQ150", "12", "3.5", "-", "--",
+                          ".", "...", "'s", "'ll", "don't", "über", "日本語", "😀", "x_y",
+                          "/var/log", "{\"a\":", "1}", "\n", "\n\n", " ", "  ", "\t", "\r\n"])
+
+
+def _encodings_here() -> list[tiktoken.Encoding]:
+    encodings = [RAW]
+    if llama_index_has_o200k():
+        counter = cf.counter_for_model("gpt-4o")
+        assert isinstance(counter, cf.TiktokenCounter)
+        encodings.append(counter.encoding)
+    return encodings
+
+
+@settings(max_examples=300)
+@given(st.lists(_WORDS, max_size=300).map(lambda ws: " ".join(ws)), st.integers(1, 60))
+def test_a_text_cut_at_safe_places_counts_the_same_as_the_whole(text: str, size: int) -> None:
+    pieces = _counting._pieces(text, size)
+    assert "".join(pieces) == text
+    for encoding in _encodings_here():
+        assert sum(len(encoding.encode_ordinary(p)) for p in pieces) == len(
+            encoding.encode_ordinary(text))
+
+
+def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces_dir: str) -> None:
+    with open(Path(traces_dir) / "swe-gym-openhands" / "sample_raw.json", encoding="utf-8") as f:
+        text = f.read()
+    text = (text * (_counting._PARALLEL_CHARS // len(text) + 2))
+    assert len(_counting._pieces(text, len(text) // 2 + 1)) == 2
+    for encoding in _encodings_here():
+        counter = cf.TiktokenCounter(encoding)
+        assert counter.count_text(text) == len(encoding.encode_ordinary(text))
+    approximate = _counting.ApproximateCounter("claude", RAW, 1.3, "a test")
+    assert approximate.count_text(text) == -(-len(RAW.encode_ordinary(text)) * 13 // 10)

@@ -16,9 +16,12 @@ import json
 import logging
 import math
 import operator
+import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate, compress
 from itertools import count as count_from
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -281,6 +284,37 @@ def _shared_prefix(prev: Sequence[Message], seq: Sequence[Message]) -> int:
     return next(compress(count_from(), map(operator.is_not, prev, seq)), min(len(prev), len(seq)))
 
 
+_PARALLEL_CHARS = 1_000_000
+_WORKERS = max(1, min(8, os.cpu_count() or 1))
+# A space after a non-space and before an ASCII letter: in every tiktoken encoding's
+# pre-tokenization the space starts the next word's piece (" bar") and no piece spans it,
+# so the counts of a text cut there add up to the count of the whole.
+_SAFE_CUT = re.compile(r"(?<=\S) (?=[A-Za-z])")
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """``text`` cut at safe places about every ``size`` characters (whole when it has none)."""
+    pieces, start = [], 0
+    while len(text) - start > size:
+        cut = _SAFE_CUT.search(text, start + size)
+        if cut is None:
+            break
+        pieces.append(text[start:cut.start()])
+        start = cut.start()
+    pieces.append(text[start:])
+    return pieces
+
+
+def _count_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="contextfold-count")
+        return _pool
+
+
 class TiktokenCounter(_BaseCounter):
     """Exact counts with a tiktoken encoding (``o200k_base``, ``cl100k_base``...).
 
@@ -302,12 +336,28 @@ class TiktokenCounter(_BaseCounter):
         self.name = f"tiktoken:{encoding.name}"
 
     def count_text(self, text: str) -> int:
-        """Exact tokens of ``text``; special-token strings count as ordinary text."""
+        """Exact tokens of ``text``; special-token strings count as ordinary text.
+
+        A text of a million characters or more (a dumped log, a whole file) is cut where no
+        token can span the cut and the pieces are counted on parallel threads (tiktoken
+        releases the GIL): the same count in about half the time on two cores. Many short
+        texts are not worth it: handing the GIL back and forth costs more than it saves.
+        """
         if not text:
             return 0
+        if len(text) < _PARALLEL_CHARS or _WORKERS == 1:
+            return self._scaled(self._tokens(text))
+        pieces = _pieces(text, len(text) // _WORKERS + 1)
+        return self._scaled(sum(_count_pool().map(self._tokens, pieces)))
+
+    def _tokens(self, text: str) -> int:
         # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
         # (the same as ``encode(text, disallowed_special=())``, without its checks).
         return len(self.encoding.encode_ordinary(text))
+
+    def _scaled(self, tokens: int) -> int:
+        """The count of a text from its tiktoken tokens (an approximation scales them)."""
+        return tokens
 
 
 class EstimatingCounter(_BaseCounter):
@@ -339,9 +389,9 @@ class ApproximateCounter(TiktokenCounter):
         self.family, self.factor, self.source = family, factor, source
         self.name = f"approx:{family}={self.encoding.name}*{factor}"
 
-    def count_text(self, text: str) -> int:
+    def _scaled(self, tokens: int) -> int:
         """``ceil(factor * tiktoken count)``."""
-        return math.ceil(super().count_text(text) * self.factor) if text else 0
+        return math.ceil(tokens * self.factor)
 
 
 _TRACES = "on the tau-bench airline and SWE-Gym OpenHands traces (3.5 MB of text)"

@@ -30,10 +30,12 @@ from typing import Annotated
 
 from .._config import Ge, check_fields, config_error
 from .._messages.model import Message
+from .._summaries.identifiers import head_and_tail, scanned_text
 
 __all__ = [
     "ImportanceScore",
     "ImportanceWeights",
+    "id_tokens",
     "identifiers",
     "keyword_truncate",
     "score_importance",
@@ -98,23 +100,22 @@ DEFAULT_WEIGHTS = ImportanceWeights()
 def identifiers(text: str) -> set[str]:
     """The identifier-like tokens of ``text`` (at least 4 characters, at least one digit)."""
     found = set()
-    for token in _TOKEN_RE.findall(text):
+    for token in filter(_DIGIT_RE.search, _TOKEN_RE.findall(text)):  # tested in C
         token = token.strip(".:,;/#-+")
-        if len(token) >= 4 and _DIGIT_RE.search(token):
+        if len(token) >= 4:
             found.add(token)
     return found
 
 
-def _searchable(message: Message) -> str:
-    if not message.tool_calls:
-        return message.text
-    return "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
+def id_tokens(message: Message) -> frozenset[str]:
+    """:func:`identifiers` of a message's text and call arguments, computed once."""
+    return message.derived("id_tokens", lambda m: frozenset(identifiers(scanned_text(m))))
 
 
 def _reference_counts(messages: Sequence[Message], cap: int) -> list[int]:
     """For each message, how many later messages share one of its identifiers (up to
     ``cap``)."""
-    ids = [identifiers(_searchable(m)) for m in messages]
+    ids = [id_tokens(m) for m in messages]
     where: dict[str, list[int]] = {}
     for i, found in enumerate(ids):
         for token in found:
@@ -147,7 +148,7 @@ def _score(
     weights: ImportanceWeights,
 ) -> ImportanceScore:
     points: list[tuple[str, int]] = []
-    text = message.text
+    text = head_and_tail(message.text)
     if DECISION_RE.search(text):
         points.append(("decision_language", weights.decision_language))
     lowered = text.lower()
@@ -212,9 +213,9 @@ def score_importance(
         index = next((i for i, m in enumerate(conversation) if m == message), None)
     references = 0
     if index is not None:
-        mine = identifiers(_searchable(message))
+        mine = id_tokens(message)
         references = sum(
-            1 for later in conversation[index + 1 :] if mine & identifiers(_searchable(later))
+            1 for later in conversation[index + 1 :] if mine & id_tokens(later)
         )
     return _score(message, references, now, threshold, weights)
 

@@ -59,7 +59,7 @@ from .importance import (
     ImportanceScore,
     ImportanceWeights,
     estimated_chars,
-    identifiers,
+    id_tokens,
     keyword_truncate,
     score_messages,
 )
@@ -401,7 +401,7 @@ class TieredPolicy:
         keywords = set(self.keywords)
         ref = handle_text(handle_for(originals), context)
         for m in originals:
-            keywords |= identifiers(m.text)
+            keywords |= id_tokens(m)
         if text is None:
             text = "\n".join(f"{m.role}{f' ({m.name})' if m.name else ''}: {m.text}"
                              for m in originals if m.text)

@@ -29,7 +29,7 @@ from .._config import Ge, check
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
-from .identifiers import identifiers_of
+from .identifiers import head_and_tail, identifiers_of
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]
 
@@ -65,7 +65,7 @@ class _Sections:
 
 def _short(text: str, limit: int) -> str:
     """One line of at most ``limit`` characters (head and tail kept)."""
-    line = " ".join(text.split())
+    line = " ".join(head_and_tail(text, 8 * limit + 64).split())  # a huge text: its ends
     if len(line) <= limit:
         return line
     head = max(limit * 2 // 3, 1)

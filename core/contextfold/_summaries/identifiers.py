@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 
 from .._messages.model import Message
 
-__all__ = ["extract_identifiers", "identifiers_of", "message_identifiers"]
+__all__ = ["SCAN_CHARS", "extract_identifiers", "head_and_tail", "identifiers_of",
+           "message_identifiers", "scanned_text"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -165,7 +166,30 @@ def identifiers_of(message: Message) -> tuple[str, ...]:
 
 
 def _identifiers_of(message: Message) -> tuple[str, ...]:
+    return tuple(extract_identifiers(scanned_text(message)))
+
+
+SCAN_CHARS = 256_000
+"""Of a longer message only the first and last half of this many characters are scanned."""
+
+
+def scanned_text(message: Message) -> str:
+    """What scans of a message (for identifiers, references) read: its text and tool-call
+    arguments, and of a huge one (a dumped log, a whole file) its head and tail only.
+
+    A message that large is cut head+tail before a model sees it, and its original stays
+    readable through its handle; reading its middle would cost more than the compaction.
+    """
     text = message.text
     if message.tool_calls:
         text = "\n".join([text, *(c.arguments for c in message.tool_calls)])
-    return tuple(extract_identifiers(text))
+    return head_and_tail(text)
+
+
+def head_and_tail(text: str, limit: int = SCAN_CHARS) -> str:
+    """``text`` when it holds at most ``limit`` characters, else its first and last
+    ``limit // 2`` joined by a newline."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n{text[-half:]}"
