@@ -15,6 +15,7 @@ from .contract import CompactionContext, Target
 from .head_tail import HeadTail, truncate_head_tail
 
 __all__ = [
+    "BudgetFit",
     "Fits",
     "fits_budget",
     "originals",
@@ -29,14 +30,29 @@ Fits = Callable[[Sequence[Message]], bool]
 """True when a candidate output fits the budget."""
 
 
-def fits_budget(context: CompactionContext) -> Fits:
+class BudgetFit:
+    """The budget check every policy output must pass (messages plus fixed parts), which
+    also tells by how many tokens a candidate is over, so that a loop shrinking messages
+    one by one can keep a running total instead of recounting the output at every step."""
+
+    def __init__(self, context: CompactionContext) -> None:
+        self.context = context
+        self.limit = context.budget.input_budget
+
+    def __call__(self, candidate: Sequence[Message]) -> bool:
+        return self.context.measure(candidate) <= self.limit
+
+    def over(self, candidate: Sequence[Message]) -> int:
+        """Tokens ``candidate`` takes beyond the budget (zero or less when it fits)."""
+        return self.context.measure(candidate) - self.limit
+
+    def count(self, message: Message) -> int:
+        return self.context.counter.count_message(message)
+
+
+def fits_budget(context: CompactionContext) -> BudgetFit:
     """The budget check every policy output must pass: messages plus fixed parts."""
-    limit = context.budget.input_budget
-
-    def fits(candidate: Sequence[Message]) -> bool:
-        return context.measure(candidate) <= limit
-
-    return fits
+    return BudgetFit(context)
 
 
 def shrink_message(
@@ -66,10 +82,17 @@ def shrink_largest_first(
     """Shrink the messages at ``positions`` of ``out`` (in place) with ``shape``, largest
     first, until ``out`` fits. Shrunk messages stay shrunk when it still does not fit.
     With ``context`` each label names the original's ``ctx_`` handle."""
+    # With the budget check, the tokens over the budget are kept as a running total and the
+    # output is measured again only once that total says it fits (a counter that is not
+    # additive may disagree; the exact check then goes on at every step).
+    over = fits.over(out) if isinstance(fits, BudgetFit) else None
     for k in sorted(positions, key=lambda k: _size(out[k]), reverse=True):
-        if fits(out):
+        if (over is None or over <= 0) and fits(out):
             return True
-        out[k] = shrink_message(out[k], shape, handle=_ref(out[k], context))
+        new = shrink_message(out[k], shape, handle=_ref(out[k], context))
+        if over is not None and isinstance(fits, BudgetFit):
+            over -= fits.count(out[k]) - fits.count(new)
+        out[k] = new
     return fits(out)
 
 

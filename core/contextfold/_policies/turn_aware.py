@@ -251,6 +251,16 @@ class TurnAwarePolicy(SimplePolicy):
             plan.shrink(messages, latest, fits, self.shape)
         if not done() and plan.middle:
             steps.append("dropped the current turn's earlier groups, oldest first")
+            # As for historical turns: the oldest groups whose counts cover the excess go
+            # in one pass, then the exact check (dropping one at a time was quadratic).
+            over = fits.over(plan.build(messages)[0])
+            count = context.counter.count_message
+            drop = 0
+            while drop < len(plan.middle) and over > 0:
+                over -= sum(count(plan.replaced.get(i, messages[i]))
+                            for i in range(plan.middle[drop].start, plan.middle[drop].end))
+                drop += 1
+            del plan.middle[:drop]
             while plan.middle and not done():
                 plan.middle.pop(0)
         if done():
