@@ -10,6 +10,9 @@ from 3k messages up is over it). Measured, in one process:
   scanned or converted yet): what resuming a long thread costs;
 * **per step**: the median of the next steps, each appending one loop step (3 messages) to
   the previous call's list, as an agent loop does;
+* **an agent loop**: each policy's total over 2,000 loop steps under a 16k window, asked
+  at every call point, beside ThresholdPolicy's (which compacts to a target below its
+  trigger and then appends until the trigger again);
 * the peers on the LangChain form of the same history: ``trim_messages(strategy="last")``
   with LangChain's tiktoken counter over the same encoding (no cache: its every call is
   cold) and with ``count_tokens_approximately``.
@@ -114,6 +117,33 @@ def measure(sizes: Sequence[int]) -> dict[str, dict[str, dict[int, float]]]:
     return found
 
 
+LOOP_BUDGET = cf.Budget(context_window=16_000)
+
+
+def loop_totals(step_count: int) -> dict[str, float]:
+    """Seconds each policy's ``Compactor`` takes in total over an agent loop of
+    ``step_count`` steps (3 messages each) under a 16k window, asked at every point where
+    an agent calls the model (after the request, then after each step's results)."""
+    from bench_compactor import loop_history
+    from bench_counting import exact_counter
+
+    counter = exact_counter()
+    history = loop_history(2 + 3 * step_count)
+    calls = [i + 1 for i in range(1, len(history))
+             if history[i].role == "user" or (history[i].role == "tool" and (
+                 i + 1 == len(history) or history[i + 1].role != "tool"))]
+    totals = {}
+    for policy, make in POLICIES.items():
+        compactor = cf.Compactor(policy=make(), budget=LOOP_BUDGET, counter=counter,
+                                 summarizer=cf.ExtractiveSummarizer(counter=counter))
+        messages = [dataclasses.replace(m) for m in history]
+        started = time.perf_counter()
+        for end in calls:
+            compactor.compact(messages[:end])
+        totals[policy] = time.perf_counter() - started
+    return totals
+
+
 # -- the chart -----------------------------------------------------------------------
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f",
@@ -198,6 +228,14 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 "notes": (f"{values[large] / values[small]:.1f}x the {small // 1000}k figure; "
                           + ", ".join(f"{n // 1000}k {ms:,.1f}" for n, ms in values.items())),
             })
+    step_count = 500 if quick else 2_000
+    totals = loop_totals(step_count)
+    for policy, seconds in totals.items():
+        rows.append({
+            "name": f"{step_count:,}-step agent loop, total: {policy}", "ours": seconds,
+            "unit": "s", "notes": (f"{seconds / totals['threshold']:.1f}x ThresholdPolicy's "
+                                   f"total; 16k window, a call after each step"),
+        })
     rows.append({"name": "chart", "ours": len(sizes), "unit": "sizes",
                  "notes": str(CHART.relative_to(CHART.parents[2]))})
     return rows

@@ -60,9 +60,22 @@ def shrink_message(
 ) -> Message:
     """``message`` with its text cut head+tail (the threshold design's label, naming ``handle`` when
     given); non-text parts are replaced by a one-line note. Returns ``message`` itself when
-    nothing would shrink."""
+    nothing would shrink.
+
+    Without ``max_chars`` the cut copy is kept on the original, so a policy that rebuilds
+    its output at every call gets the same copy (its count already known) every time.
+    """
     if message.is_pinned:
         return message
+    if max_chars is None:
+        return message.derived(f"shrunk:{shape!r}:{handle}",
+                               lambda m: _shrunk(m, shape, None, handle))
+    return _shrunk(message, shape, max_chars, handle)
+
+
+def _shrunk(
+    message: Message, shape: HeadTail, max_chars: int | None, handle: str | None,
+) -> Message:
     text = message.text
     cut = truncate_head_tail(text, shape, max_chars=max_chars, handle=handle)
     if isinstance(message.content, str):
