@@ -18,7 +18,7 @@ require_extra("langchain_core", extra="langchain", feature="langchain_contextfol
               package="langchain-core")
 require_extra("langchain", extra="langchain", feature="langchain_contextfold")
 
-from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, to_core
+from ._convert import LANGCHAIN_KEY, SOURCE_KEY, from_core, pin, to_core
 from ._events import COMPACTION_EVENT, IDLE_EVENT
 from ._history import CompactingChatMessageHistory
 from ._hooks import CompactionHook
@@ -49,6 +49,7 @@ __all__ = [
     "from_core",
     "is_context_overflow",
     "overflow_figures",
+    "pin",
     "read_original_tool_for",
     "search_tools_for",
     "to_core",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import (
     AIMessage,
@@ -50,6 +50,7 @@ __all__ = [
     "from_core",
     "message_from_core",
     "message_to_core",
+    "pin",
     "to_core",
 ]
 
@@ -434,3 +435,21 @@ def _same_section(old: Any, new: Mapping[str, Any]) -> bool:
         except ValueError:
             return False
     return parsed == new
+
+
+BaseMessageT = TypeVar("BaseMessageT", bound=BaseMessage)
+
+
+def pin(message: BaseMessageT) -> BaseMessageT:
+    """A copy of ``message`` that every policy keeps verbatim (in ``with_compaction``,
+    ``CompactionMiddleware`` and any core policy), with its tool call and results when it
+    has them. The mark is ``additional_kwargs["contextfold"]["metadata"]["pinned"]``, so it
+    survives LangGraph checkpoints::
+
+        state["messages"].append(pin(HumanMessage("Refunds above $500 need approval.")))
+    """
+    kwargs = dict(message.additional_kwargs)
+    section = dict(kwargs.get(SOURCE_KEY) or {})
+    section["metadata"] = {**(section.get("metadata") or {}), "pinned": True}
+    kwargs[SOURCE_KEY] = section
+    return message.model_copy(update={"additional_kwargs": kwargs})

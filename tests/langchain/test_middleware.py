@@ -19,6 +19,7 @@ from langchain_contextfold import (
     COMPACTION_EVENT,
     CompactionHook,
     CompactionMiddleware,
+    pin,
     to_core,
 )
 
@@ -235,3 +236,19 @@ def test_summaries_come_from_the_agents_model_by_default() -> None:
     assert model.requests, "the agent's model was asked for the summary"
     sent = "\n".join(str(m.content) for m in handler.requests[0].messages)
     assert "PROGRESS: pages 0-29 fetched." in sent
+
+
+@pytest.mark.parametrize("policy", [cf.ThresholdPolicy(), cf.TruncationPolicy(),
+                                    cf.LoopSlicePolicy()], ids=lambda p: p.name)
+def test_a_pinned_message_reaches_the_model_verbatim(policy: cf.Policy) -> None:
+    rule = pin(HumanMessage("House rule: quote case CASE-77120 in every answer."))
+    history = loop_history(30)
+    history.insert(1, rule)
+    history.insert(2, AIMessage("Understood."))
+    handler = Handler()
+    middleware(policy).wrap_model_call(request_for(history), handler)
+    sent = handler.requests[0].messages
+    assert COUNTER.count_messages(to_core(sent)) < COUNTER.count_messages(to_core(history))
+    assert [m.content for m in sent if to_core([m])[0].is_pinned] == [rule.content]
+    assert not to_core([HumanMessage("plain")])[0].is_pinned
+    assert pin(rule) == rule and "contextfold" not in HumanMessage("x").additional_kwargs

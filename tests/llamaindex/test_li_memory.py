@@ -22,6 +22,7 @@ from contextfold.testing import ScriptedSummarizer, histories
 from llama_index.memory.contextfold import (
     CompactingMemory,
     from_llama_index,
+    pin,
     to_llama_index,
 )
 
@@ -338,3 +339,21 @@ def test_postgres_store_by_url() -> None:
     finally:
         memory.reset()
         memory.close()
+
+
+@pytest.mark.parametrize("policy", [cf.ThresholdPolicy(), cf.TurnAwarePolicy()],
+                         ids=lambda p: p.name)
+def test_a_pinned_message_stays_in_the_view_verbatim(policy: cf.Policy) -> None:
+    rule = pin(ChatMessage(role="user", content="House rule: quote case CASE-77120."))
+    memory = _memory(policy=policy)
+    memory.put(rule)
+    memory.put(ChatMessage(role="assistant", content="Understood."))
+    for message in _turns(30):
+        memory.put(message)
+    view = memory.get()
+    _assert_view(view)
+    assert len(view) < 62
+    assert [m.content for m in view if from_llama_index([m])[0].is_pinned] == [rule.content]
+    # the mark survives a round trip and the store
+    assert to_llama_index(from_llama_index([rule]))[0].additional_kwargs == rule.additional_kwargs
+    assert from_llama_index(memory.get_all())[0].is_pinned

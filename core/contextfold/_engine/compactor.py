@@ -80,6 +80,7 @@ from .events import (
 )
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
+from .pins import keep_pinned
 from .result import CompactionReport, CompactionResult
 
 __all__ = ["Compactor", "acompact", "compact"]
@@ -384,7 +385,7 @@ class Compactor:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
                 try:
-                    outcome = _drive(self.policy.run(view, context), service.answer)
+                    outcome = _drive(keep_pinned(self.policy.run, view, context), service.answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -400,7 +401,8 @@ class Compactor:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
                 try:
-                    outcome = await _adrive(self.policy.run(view, context), service.aanswer)
+                    outcome = await _adrive(keep_pinned(self.policy.run, view, context),
+                                            service.aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)

@@ -11,7 +11,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, Union
@@ -203,6 +203,17 @@ class Message:
     def is_pinned(self) -> bool:
         """True when the application pinned this message: no policy may change it."""
         return bool(self.metadata.get("pinned", False))
+
+    def pin(self) -> Message:
+        """A copy that every policy keeps verbatim (``metadata["pinned"]``; same ``id``).
+
+        A pinned tool result keeps its call and the call's other results with it; when the
+        pinned messages cannot fit beside what a policy must keep, compaction raises
+        :class:`~contextfold.errors.BudgetExceededError` instead of dropping them.
+        """
+        if self.is_pinned:
+            return self
+        return replace(self, metadata={**self.metadata, "pinned": True})
 
     @property
     def has_tool_calls(self) -> bool:

@@ -26,6 +26,9 @@ reach the target with the summary's room:
 2. error and pinned messages become targets too (cut head+tail like any other);
 3. groups holding them may be dropped, after every other group.
 
+(Pinned messages come back verbatim whatever the policy did: the ``Compactor`` runs every
+policy within the pin guarantee, reserving their room when a level needed theirs.)
+
 Dropping takes whole groups (a call with its results, or a standalone message), oldest
 first, never the group of the first user message or the newest group; their full text
 goes into the summary request with the truncated targets, so the summary's DATA keeps

@@ -22,7 +22,8 @@ suffix of groups, which may start with an assistant tool loop of a long-running 
   kept groups) is kept too and its tokens are reserved up front;
 * apart from middle_out's task prompt and the turn's prompt, the kept groups are
   contiguous: a newer group is never dropped to keep an older one;
-* pinned messages are never cut (a pinned message can still be dropped with its group).
+* pinned messages are never cut; one dropped with its group is put back verbatim by the
+  ``Compactor``'s pin guarantee, with the room it needs reserved.
 
 ``BudgetExceededError`` is raised only when the system messages plus the most recent
 group (with its prompt, and its tool results cut down to their labels) do not fit.

@@ -21,6 +21,7 @@ from ._convert import (
     from_llama_index,
     message_from_llama_index,
     message_to_llama_index,
+    pin,
     to_llama_index,
 )
 from ._instrumentation import (
@@ -51,6 +52,7 @@ __all__ = [
     "is_context_overflow",
     "message_from_llama_index",
     "message_to_llama_index",
+    "pin",
     "read_original_tool_for",
     "render_transcript",
     "reported_usage",

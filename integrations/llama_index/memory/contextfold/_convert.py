@@ -44,6 +44,7 @@ __all__ = [
     "from_llama_index",
     "message_from_llama_index",
     "message_to_llama_index",
+    "pin",
     "to_llama_index",
 ]
 
@@ -125,8 +126,35 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
             tool_call_id=tool_call_id,
             name=name,
             reasoning=reasoning,
-            metadata={META_KEY: extras} if extras else {},
+            metadata={**_own_metadata(kwargs), **({META_KEY: extras} if extras else {})},
         )
+
+
+PIN_KEY = "contextfold"
+"""The ``additional_kwargs`` key whose ``"metadata"`` becomes the core message's metadata
+(``{"pinned": True}`` from :func:`pin`); it rides back out with the other kwargs."""
+
+
+def _own_metadata(kwargs: dict[str, Any]) -> dict[str, Any]:
+    section = kwargs.get(PIN_KEY)
+    metadata = section.get("metadata") if isinstance(section, dict) else None
+    return {k: v for k, v in metadata.items() if k != META_KEY} \
+        if isinstance(metadata, dict) else {}
+
+
+def pin(message: ChatMessage) -> ChatMessage:
+    """A copy of ``message`` that every policy keeps verbatim (in ``CompactingMemory``,
+    ``CompactingLLM`` and any core policy), with its tool call and results when it has
+    them. The mark is ``additional_kwargs["contextfold"]["metadata"]["pinned"]``, so it
+    survives serialization and stores::
+
+        memory.put(pin(ChatMessage(role="user", content="Refunds above $500 need approval.")))
+    """
+    kwargs = dict(message.additional_kwargs)
+    section = dict(kwargs.get(PIN_KEY) or {})
+    section["metadata"] = {**(section.get("metadata") or {}), "pinned": True}
+    kwargs[PIN_KEY] = section
+    return message.model_copy(update={"additional_kwargs": kwargs})
 
 
 def from_llama_index(messages: Iterable[ChatMessage]) -> list[Message]:
