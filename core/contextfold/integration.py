@@ -13,6 +13,7 @@ serialization can embed it).
 from ._counting.budget import MODEL_LIMITS, ModelLimits
 from ._counting.counters import encoding_for_model
 from ._engine.calls import CallLoop, Conversations, Usage, View, opening_key, stable_id
+from ._engine.controls import COMPACT_CONTEXT_DESCRIPTION, compact_context_tool
 from ._engine.overflow import (
     OVERFLOW_PHRASES,
     ErrorKind,
@@ -30,6 +31,7 @@ from .stores._codec import decode as message_from_dict
 from .stores._codec import encode as message_to_dict
 
 __all__ = [
+    "COMPACT_CONTEXT_DESCRIPTION",
     "MODEL_LIMITS",
     "OVERFLOW_PHRASES",
     "SUMMARY_SYSTEM_PROMPT",
@@ -43,6 +45,7 @@ __all__ = [
     "Usage",
     "View",
     "at_index",
+    "compact_context_tool",
     "encoding_for_model",
     "error_kind",
     "is_context_overflow",

@@ -29,6 +29,7 @@ from ._summarizer import ChatModelSummarizer
 from ._tools import (
     READ_ORIGINAL_GUIDANCE,
     SEARCH_GUIDANCE,
+    compact_context_tool_for,
     read_original_tool_for,
     search_tools_for,
     tool_from_spec,
@@ -46,6 +47,7 @@ __all__ = [
     "CompactingChatModel",
     "CompactionHook",
     "CompactionMiddleware",
+    "compact_context_tool_for",
     "from_core",
     "is_context_overflow",
     "overflow_figures",

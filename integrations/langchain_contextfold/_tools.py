@@ -17,8 +17,11 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 
+from contextfold.errors import ConfigurationError
+from contextfold.integration import COMPACT_CONTEXT_DESCRIPTION, compact_context_tool
 from contextfold.stores import (
     READ_ORIGINAL_GUIDANCE,
     SEARCH_GUIDANCE,
@@ -27,9 +30,12 @@ from contextfold.stores import (
     search_tools,
 )
 
+from ._engine import thread_key
+
 __all__ = [
     "READ_ORIGINAL_GUIDANCE",
     "SEARCH_GUIDANCE",
+    "compact_context_tool_for",
     "read_original_tool_for",
     "search_tools_for",
     "tool_from_spec",
@@ -76,3 +82,30 @@ def read_original_tool_for(source: Any, conversation_id: str | None = None) -> S
     :data:`READ_ORIGINAL_GUIDANCE` in the system prompt so the model knows to use it.
     """
     return tool_from_spec(read_original_tool(source, conversation_id))
+
+
+def compact_context_tool_for(source: Any) -> StructuredTool:
+    """The ``compact_context`` tool: the model asks for a compaction before its next step,
+    naming what must be kept above all (``focus``); that compaction's summaries are asked
+    to keep it word for word.
+
+    ``source`` is the ``CompactionMiddleware`` or ``with_compaction`` model that serves the
+    agent. The request goes to the conversation of the run that calls the tool (its
+    ``thread_id``); a run that names no thread asks every conversation ``source`` holds.
+    """
+    engine = getattr(source, "engine", None)
+    if engine is None or not hasattr(engine, "conversations"):
+        raise ConfigurationError(
+            "compact_context_tool_for takes the CompactionMiddleware or the with_compaction "
+            f"model that serves the agent, got {type(source).__name__}")
+
+    def compact_context(config: RunnableConfig, focus: str = "") -> str:
+        key = thread_key(config)
+        loops = [engine.conversations.get(key)] if key is not None \
+            else engine.conversations.loops()
+        spec = compact_context_tool(
+            lambda f: [loop.compactor.request_compaction(f) for loop in loops])
+        return json.dumps(spec(focus=focus), ensure_ascii=False)
+
+    return StructuredTool.from_function(
+        func=compact_context, name="compact_context", description=COMPACT_CONTEXT_DESCRIPTION)

@@ -14,11 +14,12 @@ from langchain_core.tools import tool
 from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
 
 import contextfold as cf
-from contextfold.testing import assert_valid_within
+from contextfold.testing import ScriptedSummarizer, assert_valid_within
 from langchain_contextfold import (
     COMPACTION_EVENT,
     CompactionHook,
     CompactionMiddleware,
+    compact_context_tool_for,
     pin,
     to_core,
 )
@@ -252,3 +253,23 @@ def test_a_pinned_message_reaches_the_model_verbatim(policy: cf.Policy) -> None:
     assert [m.content for m in sent if to_core([m])[0].is_pinned] == [rule.content]
     assert not to_core([HumanMessage("plain")])[0].is_pinned
     assert pin(rule) == rule and "contextfold" not in HumanMessage("x").additional_kwargs
+
+
+def test_the_model_can_ask_for_a_compaction_with_a_focus() -> None:
+    summarizer = ScriptedSummarizer(default="TASK: fetch pages\nDATA: page 3")
+    mw = CompactionMiddleware(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                              summarizer=summarizer)
+    history = loop_history(6)  # well below the trigger
+    handler = Handler()
+    mw.wrap_model_call(request_for(history), handler)
+    tool = compact_context_tool_for(mw)
+    assert tool.name == "compact_context" and list(tool.args) == ["focus"]
+    assert "page 3" in tool.invoke({"focus": "what page 3 said"})
+    mw.wrap_model_call(request_for(history), handler)
+    first, second = (handler.tokens(i) for i in range(2))
+    assert second < first
+    assert [("what page 3 said" in r.instructions) for r in summarizer.requests] == [True]
+    mw.wrap_model_call(request_for(history), handler)  # served once: no compaction again
+    assert len(summarizer.requests) == 1
+    with pytest.raises(cf.errors.ConfigurationError):
+        compact_context_tool_for(object())

@@ -21,6 +21,7 @@ from contextfold.policy import SummaryRequest
 from contextfold.testing import ScriptedSummarizer, histories
 from llama_index.memory.contextfold import (
     CompactingMemory,
+    compact_context_tool_for,
     from_llama_index,
     pin,
     to_llama_index,
@@ -357,3 +358,19 @@ def test_a_pinned_message_stays_in_the_view_verbatim(policy: cf.Policy) -> None:
     # the mark survives a round trip and the store
     assert to_llama_index(from_llama_index([rule]))[0].additional_kwargs == rule.additional_kwargs
     assert from_llama_index(memory.get_all())[0].is_pinned
+
+
+def test_the_model_can_ask_the_memory_for_a_compaction_with_a_focus() -> None:
+    summarizer = ScriptedSummarizer(default="TASK: answer\nDATA: question 2")
+    memory = _memory(budget=cf.Budget(context_window=8_000), summarizer=summarizer)
+    for message in _turns(6):
+        memory.put(message)
+    before = _tokens(memory.get())
+    tool = compact_context_tool_for(memory)
+    assert tool.metadata.name == "compact_context"
+    assert "question 2" in str(tool.call(focus="what question 2 asked"))
+    after = _tokens(memory.get())
+    assert after < before
+    assert [("what question 2 asked" in r.instructions) for r in summarizer.requests] == [True]
+    with pytest.raises(ConfigurationError):
+        compact_context_tool_for(object())

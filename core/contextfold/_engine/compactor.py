@@ -232,6 +232,7 @@ class Compactor:
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
+        self._requested: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
         self._forget()
 
@@ -280,6 +281,18 @@ class Compactor:
         self._forget()
         self._state = ConversationState()
         self._stalled = None
+        self._requested = None
+
+    def request_compaction(self, focus: str = "") -> None:
+        """Compact at the next call whatever the trigger says (the model asked for it with
+        the ``compact_context`` tool, or the application did).
+
+        Args:
+            focus: what the compaction must keep above all; summaries made by that pass are
+                asked to keep it, word for word where it names things.
+        """
+        check("Compactor.request_compaction", "focus", focus, str)
+        self._requested = focus.strip()
 
     def compact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
@@ -356,7 +369,7 @@ class Compactor:
             known = None if self._known is None else self._known + self._since + new_tokens
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
-        needs = force or effective > self.budget.trigger_tokens
+        needs = force or self._requested is not None or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, size, fixed, force, needs)
         plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
                     self._state.idle, now, complete=complete)
@@ -384,8 +397,9 @@ class Compactor:
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                answer = _focused(service.answer, self._take_request())
                 try:
-                    outcome = _drive(keep_pinned(self.policy.run, view, context), service.answer)
+                    outcome = _drive(keep_pinned(self.policy.run, view, context), answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -400,9 +414,10 @@ class Compactor:
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                aanswer = _afocused(service.aanswer, self._take_request())
                 try:
                     outcome = await _adrive(keep_pinned(self.policy.run, view, context),
-                                            service.aanswer)
+                                            aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -411,6 +426,11 @@ class Compactor:
         except BaseException:
             self._forget()
             raise
+
+    def _take_request(self) -> str | None:
+        """The focus of a requested compaction (``""`` for none), once: this pass serves it."""
+        requested, self._requested = self._requested, None
+        return requested
 
     def _span(self, plan: Plan) -> AbstractContextManager[CompactionSpan]:
         """The telemetry span of a pass that compacts (none for a rebuild below the trigger)."""
@@ -435,7 +455,8 @@ class Compactor:
             view, notes = repair(view)
             repairs = tuple(notes)
         context = CompactionContext(
-            budget=self.budget, counter=self.counter, force=plan.force,
+            budget=self.budget, counter=self.counter,
+            force=plan.force or self._requested is not None,
             known_tokens=plan.known, fixed_tokens=plan.fixed,
             now=plan.now or datetime.now(timezone.utc), state=self._state, store=self.store,
             conversation_id=self.conversation_id, references=self.references,
@@ -611,6 +632,29 @@ def _checked_input(messages: Sequence[Message]) -> list[Message]:
                 "(convert with contextfold.from_openai or an adapter)"
             )
     return messages if isinstance(messages, list) else list(messages)
+
+
+def _focus_note(focus: str) -> str:
+    return (f"\n\nThe agent asked for this compaction to keep, above all: {focus}. Keep "
+            "everything about it, and its names, ids and values exactly as written.")
+
+
+def _focused(answer: Callable[[SummaryRequest], SummaryReply], focus: str | None
+             ) -> Callable[[SummaryRequest], SummaryReply]:
+    """``answer`` with a requested compaction's focus added to each summary request."""
+    if not focus:
+        return answer
+    return lambda request: answer(
+        replace(request, instructions=request.instructions + _focus_note(focus)))
+
+
+def _afocused(answer: Callable[[SummaryRequest], Awaitable[SummaryReply]], focus: str | None
+              ) -> Callable[[SummaryRequest], Awaitable[SummaryReply]]:
+    """:func:`_focused` for an async ``answer``."""
+    if not focus:
+        return answer
+    return lambda request: answer(
+        replace(request, instructions=request.instructions + _focus_note(focus)))
 
 
 def _drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> PolicyOutcome:

