@@ -49,7 +49,7 @@ from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
-from .._lossless.ledger import with_handles
+from .._lossless.ledger import HandleMemo, with_handles
 from .._lossless.references import ReferenceCache, default_references, persist_originals
 from .._messages.model import Message
 from .._messages.validation import repair, validate
@@ -229,6 +229,7 @@ class Compactor:
         self.on_summary_failure: OnSummaryFailure = on_summary_failure
         self._listeners: list[Listener] = list(listeners)
         self._kept_handles: set[str] = set()
+        self._handles = HandleMemo()
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
@@ -520,7 +521,7 @@ class Compactor:
         messages = out if isinstance(out, list) else list(out)
         targets = outcome.targets
         if out is not view:  # everything left out gets a handle, whichever policy left it
-            targets = with_handles(view, messages, targets, self.counter)
+            targets = with_handles(view, messages, targets, self.counter, self._handles)
         report = CompactionReport(
             tokens_before=tokens_before,
             tokens_after=tokens_after,

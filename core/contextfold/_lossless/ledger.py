@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
@@ -162,15 +163,44 @@ def run_with_ledger(
                          notes=outcome.notes, details=details)
 
 
+class HandleMemo:
+    """What :func:`with_handles` made at the previous call of one conversation: the handle
+    of each block and the ``"dropped"`` target of each left-out message. A policy that
+    rebuilds its view at every call (a loop slice) leaves out the same messages again,
+    and they get the same objects back instead of being hashed and reported anew."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
+        self.targets: dict[tuple[int, str], tuple[Message, Target]] = {}
+        self._used: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
+
+    def handle(self, view: Sequence[Message], block: list[int]) -> str:
+        """The handle of the consecutive positions ``block`` of ``view``."""
+        key = (block[0], block[-1])
+        members = tuple(view[block[0]:block[-1] + 1])
+        hit = self.blocks.get(key)
+        if hit is None or len(hit[0]) != len(members) or not all(
+                map(operator.is_, hit[0], members)):
+            hit = (members, handle_for(members))
+        self._used[key] = hit
+        return hit[1]
+
+    def keep_used(self) -> None:
+        """Forget the blocks this call did not use (the memo holds one call's worth)."""
+        self.blocks, self._used = self._used, {}
+
+
 def with_handles(
     view: Sequence[Message], out: Sequence[Message], targets: Sequence[Target],
-    counter: Any,
+    counter: Any, memo: HandleMemo | None = None,
 ) -> tuple[Target, ...]:
     """``targets`` completed so that everything taken out of view has a handle: a message of
     ``view`` that is not in ``out`` becomes a ``"dropped"`` target when the policy did not
     report it, and a removed or summarized message reported without a handle gets one. A
     run of consecutive such messages shares one handle (its original is the run's
-    transcript). Earlier ledgers are not counted: they are merged, not removed."""
+    transcript). Earlier ledgers are not counted: they are merged, not removed. ``memo``
+    (one per conversation) hands back what the previous call made for the same messages."""
+    memo = memo if memo is not None else HandleMemo()
     present = {id(m) for m in out}
     reported = {t.index: t for t in targets}
     runs: list[list[int]] = [[]]
@@ -188,15 +218,21 @@ def with_handles(
         # history a slice leaves out) keeps the handles of its full blocks and only its
         # last block is new.
         for block in _blocks(run):
-            handles.update(dict.fromkeys(block, handle_for([view[k] for k in block])))
+            handles.update(dict.fromkeys(block, memo.handle(view, block)))
+    memo.keep_used()
     if not handles:
         return tuple(targets)
     done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
+    made: dict[tuple[int, str], tuple[Message, Target]] = {}
     for i in sorted(set(handles) - set(reported)):
-        m = view[i]
-        done.append(Target(index=i, role=m.role, method="dropped",
-                           original_tokens=counter.count_message(m), new_tokens=0,
-                           tool_name=m.name if m.role == "tool" else None, handle=handles[i]))
+        m, key = view[i], (i, handles[i])
+        hit = memo.targets.get(key)
+        target = hit[1] if hit is not None and hit[0] is m else Target(
+            index=i, role=m.role, method="dropped", original_tokens=counter.count_message(m),
+            new_tokens=0, tool_name=m.name if m.role == "tool" else None, handle=handles[i])
+        made[key] = (m, target)
+        done.append(target)
+    memo.targets = made
     return tuple(done)
 
 
