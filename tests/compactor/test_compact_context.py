@@ -60,3 +60,25 @@ def test_request_compaction_checks_its_argument() -> None:
     compactor = cf.Compactor(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER)
     with pytest.raises(ConfigurationError):
         compactor.request_compaction(42)  # type: ignore[arg-type]
+
+
+def test_the_report_states_the_cached_prefix_of_each_call() -> None:
+    compactor = cf.Compactor(policy=cf.ThresholdPolicy(),
+                             budget=cf.Budget(context_window=6_000, output_reserve=1_000),
+                             counter=COUNTER)
+    history = run(40)
+    calls = [compactor.compact(history[:end]) for end in range(4, len(history) + 1, 2)]
+    first = calls[0].report.details["cached_prefix"]
+    assert first == {"messages": 0, "tokens": 0, "previous_messages": 0}
+    appended = [c for c in calls[1:] if c.report.method == "none"]
+    compacted = [c for c in calls[1:] if c.report.method != "none"]
+    assert appended and compacted
+    for call in appended:  # the previous request is repeated whole
+        prefix = call.report.details["cached_prefix"]
+        assert prefix["messages"] == prefix["previous_messages"] > 0
+        assert 0 < prefix["tokens"] < call.report.tokens_after
+    for call in compacted:  # a rewrite keeps what precedes its first change
+        prefix = call.report.details["cached_prefix"]
+        assert prefix["messages"] < prefix["previous_messages"]
+        k = prefix["messages"]
+        assert call.messages[:k] == list(calls[calls.index(call) - 1].messages[:k])

@@ -46,7 +46,7 @@ from typing import Annotated, Any
 
 from .._config import Ge, check
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, counter_for_model
+from .._counting.counters import TokenCounter, _shared_prefix, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
 from .._lossless.ledger import HandleMemo, with_handles
@@ -387,7 +387,10 @@ class Compactor:
             messages_after=len(out), method="none",
             duration=time.perf_counter() - plan.started,
             details={"known_tokens": plan.known, "incremental": True,
-                     "usage": self._usage(out, tokens, plan.fixed)},
+                     "usage": self._usage(out, tokens, plan.fixed),
+                     "cached_prefix": {"messages": len(self._prefix.out) - len(new),
+                                       "tokens": tokens - (plan.new_tokens or 0),
+                                       "previous_messages": len(self._prefix.out) - len(new)}},
         )
         return CompactionResult(messages=list(out), report=report)
 
@@ -541,6 +544,7 @@ class Compactor:
                 "incremental": plan.new_tokens is not None,
                 **self._keep_originals(view, targets),
                 "usage": self._usage(messages, tokens_after, plan.fixed),
+                "cached_prefix": self._cached_prefix(messages, plan.fixed),
             },
         )
         changed = out is not view or bool(repairs)
@@ -567,6 +571,17 @@ class Compactor:
             self._since += plan.new_tokens
 
     # -- helpers ---------------------------------------------------------------------
+
+    def _cached_prefix(self, out: Sequence[Message], fixed: int) -> dict[str, int]:
+        """How much of the previous request this one repeats from its start (what a
+        provider's prompt cache can reuse): messages, and their tokens with the tools and
+        other fixed parts sent before them."""
+        previous = self._prefix.out
+        k = _shared_prefix(previous, out)
+        while k < min(len(previous), len(out)) and previous[k] == out[k]:
+            k += 1  # an equal message is the same bytes on the wire
+        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
+        return {"messages": k, "tokens": tokens, "previous_messages": len(previous)}
 
     def _keep_originals(
         self, view: Sequence[Message], targets: Sequence[Target]
