@@ -85,7 +85,9 @@ def time_pass(
     ``mode``: ``"policy"`` drives ``ThresholdPolicy.run`` alone (its summary request answered
     with a fixed text) and checks the output as ``compact`` does (validate, count);
     ``"compact"`` is the whole ``compact()`` call with the extractive summarizer (summary
-    service, verification included). Message counts are warm in both.
+    service, verification included) on fresh copies of the messages, so that nothing
+    a previous pass derived from them (their identifiers, their handles) is reused.
+    Message counts are warm in both.
     """
     from contextfold.testing import run_policy
     from run import best_of
@@ -96,7 +98,7 @@ def time_pass(
     reply = SummaryReply(text="TASK: t\nPROGRESS: p\nDATA: d")
     out: list[tuple[int, int]] = []
 
-    def once() -> None:
+    def once(history: list[cf.Message]) -> None:
         if mode == "compact":
             result = cf.compact(history, policy=policy, budget=budget, counter=counter,
                                 summarizer=summarizer)
@@ -106,8 +108,14 @@ def time_pass(
         assert not cf.validate(outcome.messages)
         out.append((context.measure(outcome.messages), len(outcome.targets)))
 
-    counter.count_messages(history)
-    ms = best_of(once, repeat=repeat)
+    current = [history]
+
+    def fresh() -> None:
+        if mode == "compact":
+            current[0] = [dataclasses.replace(m) for m in history]
+        counter.count_messages(current[0])
+
+    ms = best_of(lambda: once(current[0]), repeat=repeat, setup=fresh)
     return ms, *out[-1]
 
 

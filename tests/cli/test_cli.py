@@ -10,8 +10,15 @@ import pytest
 
 import contextfold as cf
 from contextfold.cli import main
-from contextfold.cli.eval import Contender, evaluate, probes_of
+from contextfold.cli.eval import (
+    Contender,
+    evaluate,
+    independent_identifiers,
+    needed_next,
+    probes_of,
+)
 from contextfold.cli.transcripts import Transcript, load_transcripts
+from contextfold.policy import extract_identifiers
 
 
 def _chat(turns: int) -> list[dict[str, object]]:
@@ -161,3 +168,35 @@ def test_evaluation_rules(transcript_file: Path, counter: cf.TokenCounter) -> No
     assert by[("whole", 1.0)].score == 1.0
     assert by[("tiny", 0.5)].kept == 0 and by[("tiny", 0.5)].saved > 0.9
     assert by[("broken", 0.5)].errors and by[("broken", 0.5)].kept == 0
+
+
+def test_probes_are_found_independently_of_the_summarizer() -> None:
+    text = ('Call get_user_details for ana@example.com about ORD-1042 (see src/app/main.py); '
+            'the total was 1204.50 and "flight": "HAT001", then the end.')
+    found = independent_identifiers(text)
+    assert {"get_user_details", "ana@example.com", "ORD-1042", "src/app/main.py", "1204.50",
+            "HAT001"} <= set(found)
+    assert not {"Call", "the", "total", "end"} & set(found)
+    # not the summarizer's extractor: what one finds the other need not
+    assert set(found) != set(extract_identifiers(text))
+    assert "get_user_details" not in extract_identifiers(text)
+
+
+def _whole_but_old(t: Transcript, allowance: int, counter: cf.TokenCounter) -> list[cf.Message]:
+    """The system prompt and the last three messages: what came earlier is out of view."""
+    return [t.messages[0], *t.messages[-3:]] if len(t.messages) > 4 else list(t.messages)
+
+
+def test_needed_next_asks_whether_the_model_had_what_its_next_action_used(
+    transcript_file: Path, counter: cf.TokenCounter,
+) -> None:
+    [t] = load_transcripts(transcript_file)
+    need = needed_next(t)
+    # each call's argument repeats the order id the user gave just before
+    assert need and all(any(p.startswith("ORD-") for p in probes) for probes in need.values())
+    rows = evaluate([t], [Contender("whole", _whole), Contender("short", _whole_but_old)],
+                    fractions=(1.0,), counter=counter)
+    by = {r.contender: r for r in rows}
+    assert by["whole"].needed == by["short"].needed == sum(map(len, need.values()))
+    assert by["whole"].needed_score == 1.0
+    assert by["short"].needed_score < 1.0  # the final answers use ids seen only earlier

@@ -148,10 +148,11 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"peer left out: {line}\n")
     _print_table(
         [(r.contender, "ours" if r.ours else "peer", f"{r.fraction:.0%}", f"{r.score:.1%}",
+          "n/a" if r.needed == 0 else f"{r.needed_score:.1%}",
           "n/a" if r.gold == 0 else f"{r.gold_score:.1%}", f"{r.saved:.1%}", r.over_budget,
           r.invalid, len(r.errors)) for r in rows],
-        ["contender", "", "allowance", "probes kept", "gold kept", "tokens saved",
-         "over budget", "invalid", "errors"], out)
+        ["contender", "", "allowance", "probes kept", "needed next", "gold kept",
+         "tokens saved", "over budget", "invalid", "errors"], out)
     for r in rows:
         for e in r.errors[:3]:
             out.write(f"  {r.contender}: {e}\n")

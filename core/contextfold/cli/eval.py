@@ -1,10 +1,18 @@
 """Fidelity evaluation: what share of a transcript's facts survives compaction.
 
-Probes are the identifiers of the transcript (ids, numbers, e-mails, URLs, dates, paths,
-found in every message but the system prompt, which every contender keeps) and, where the
-data gives them, the values the final action needs (tau-bench's gold action arguments
-that occur in the conversation). A contender's score is the share of probes present in
-the context it would send at the last step, under the same token allowance for all.
+The probes are found independently of any summarizer: :func:`independent_identifiers`
+takes every token that looks like a reference (it holds a digit, ``@``, a slash, or joins
+words with ``_``) with rules of its own, not the extractor the extractive summary and the
+ledger copy from, so a contender cannot score by copying what the grader looks for.
+
+* **probes kept**: the transcript's probes (every message but the system prompt, which
+  every contender keeps) present in the context the contender would send at the last step;
+* **needed next**: at every model call, the probes of the message the model wrote next
+  (its text and tool-call arguments) that it could only have taken from earlier in the
+  conversation, present in the context it was given for that call: whether the model had
+  what its next action used;
+* **gold kept**: where the data gives them, the values the final action needs (tau-bench's
+  gold action arguments that occur in the conversation).
 
 A context a provider would reject (invalid sequence) or that exceeds the allowance keeps
 nothing: that request fails, so its probes count as lost. A contender that raises (for
@@ -16,13 +24,14 @@ long system prompts (tau-bench's airline policy is ~1,300 tokens) ``f`` of the w
 transcript would not even hold the system prompt.
 
 Our policies run through a ``Compactor`` call by call, exactly as in an agent loop; the
-peers (``_eval_peers``) run in the same process on the same probes.
+peers (``_eval_peers``) run in the same process on the same probes, on each call's history.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
@@ -32,10 +41,14 @@ from .._policies.contract import Policy
 from .._summaries.summarizer import AnySummarizer
 from .transcripts import Transcript
 
-__all__ = ["Contender", "EvalRow", "context_text", "evaluate", "our_contender", "probes_of"]
+__all__ = ["Contender", "EvalRow", "context_text", "evaluate", "independent_identifiers",
+           "needed_next", "our_contender", "probes_of"]
 
 Compact = Callable[[Transcript, int, TokenCounter], list[Message]]
 """A contender: (transcript, token allowance, counter) -> the context it would send."""
+Contexts = Callable[[Transcript, int, TokenCounter, Sequence[int]], dict[int, list[Message]]]
+"""(transcript, allowance, counter, history lengths) -> the context sent at each of those
+calls (a call with the history ``messages[:n]``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,18 @@ class Contender:
     """Produces the final context."""
     ours: bool = True
     """False for peers."""
+    contexts: Contexts | None = None
+    """The context at several calls in one run; by default :attr:`compact` on each call's
+    history."""
+
+    def contexts_at(self, transcript: Transcript, allowance: int, counter: TokenCounter,
+                    cuts: Sequence[int]) -> dict[int, list[Message]]:
+        """The context this contender sends for the calls with ``messages[:n]``, n in
+        ``cuts``."""
+        if self.contexts is not None:
+            return self.contexts(transcript, allowance, counter, cuts)
+        return {n: self.compact(replace(transcript, messages=transcript.messages[:n]),
+                                allowance, counter) for n in cuts}
 
 
 @dataclass
@@ -68,6 +93,10 @@ class EvalRow:
     """Gold-value probes checked."""
     gold_kept: int = 0
     """Gold-value probes present."""
+    needed: int = 0
+    """Probes the model's next messages used from earlier in the conversation."""
+    needed_kept: int = 0
+    """Of those, present in the context of the call that wrote them."""
     tokens_before: int = 0
     """Tokens of the full transcripts."""
     tokens_after: int = 0
@@ -90,6 +119,11 @@ class EvalRow:
         return self.gold_kept / self.gold if self.gold else float("nan")
 
     @property
+    def needed_score(self) -> float:
+        """Share of needed-next probes the model had in view when it used them."""
+        return self.needed_kept / self.needed if self.needed else float("nan")
+
+    @property
     def saved(self) -> float:
         """Share of tokens removed."""
         return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
@@ -108,16 +142,53 @@ def context_text(messages: Sequence[Message]) -> str:
     return "\n".join(parts)
 
 
+_TOKEN = re.compile(r"[^\s\"'`<>()\[\]{},;=|]+")
+_EDGES = ".:!?*#-+"
+
+
+def independent_identifiers(text: str) -> list[str]:
+    """The reference-like tokens of ``text``, in order, once each: whitespace- and
+    bracket-separated tokens, stripped of edge punctuation, of at least 4 characters, that
+    hold a digit, ``@``, a slash or backslash, or an ``_`` between letters. Deliberately
+    simpler than, and separate from, the summarizer's identifier extraction."""
+    found: dict[str, None] = {}
+    for raw in _TOKEN.findall(text):
+        token = raw.strip(_EDGES)
+        if len(token) < 4:
+            continue
+        if (any(c.isdigit() for c in token) or "@" in token or "/" in token
+                or "\\" in token or re.search(r"[A-Za-z]_[A-Za-z]", token)):
+            found.setdefault(token, None)
+    return list(found)
+
+
 def probes_of(transcript: Transcript) -> tuple[list[str], list[str]]:
     """(identifier probes, gold-value probes) of a transcript, each present in its text."""
-    from .._summaries.identifiers import extract_identifiers
-
     body = [m for m in transcript.messages if m.role not in SYSTEM_ROLES]
     system_text = context_text([m for m in transcript.messages if m.role in SYSTEM_ROLES])
     text = context_text(body)
-    idents = [p for p in dict.fromkeys(extract_identifiers(text)) if p not in system_text]
+    idents = [p for p in independent_identifiers(text) if p not in system_text]
     gold = [g for g in transcript.gold_values if g in text and g not in system_text]
     return idents, gold
+
+
+def needed_next(transcript: Transcript) -> dict[int, list[str]]:
+    """For each model call (the history ``messages[:n]`` before an assistant message ``n``),
+    the probes of that message that occur earlier in the conversation but not in the
+    system prompt: what the model's next action took from its context."""
+    messages = transcript.messages
+    system_text = context_text([m for m in messages if m.role in SYSTEM_ROLES])
+    seen: set[str] = set()
+    out: dict[int, list[str]] = {}
+    for n, m in enumerate(messages):
+        found = independent_identifiers(context_text([m]))
+        if m.role == "assistant" and n > 0:
+            used = [p for p in found if p in seen and p not in system_text]
+            if used:
+                out[n] = used
+        if m.role not in SYSTEM_ROLES:
+            seen.update(found)
+    return out
 
 
 def our_contender(
@@ -130,16 +201,24 @@ def our_contender(
     """
 
     def run(transcript: Transcript, allowance: int, counter: TokenCounter) -> list[Message]:
-        from .replay import replay
+        return contexts(transcript, allowance, counter, ())[len(transcript.messages)]
+
+    def contexts(transcript: Transcript, allowance: int, counter: TokenCounter,
+                 cuts: Sequence[int]) -> dict[int, list[Message]]:
+        from .replay import replay, step_boundaries
 
         budget = Budget(context_window=allowance, trigger=1.0, target=0.9)
+        boundaries = step_boundaries(transcript.messages)
+        steps = [k + 1 for k, n in enumerate(boundaries) if n in set(cuts)]
         result = replay(
             transcript.messages, policy=make_policy(), budget=budget, counter=counter,
-            summarizer=summarizer, title=transcript.name,
+            summarizer=summarizer, title=transcript.name, capture=steps,
         )
-        return result.final_messages
+        found = {boundaries[k - 1]: sent for k, sent in result.sent_at.items()}
+        found[len(transcript.messages)] = result.final_messages
+        return found
 
-    return Contender(name=name, compact=run, ours=True)
+    return Contender(name=name, compact=run, ours=True, contexts=contexts)
 
 
 def evaluate(
@@ -154,18 +233,21 @@ def evaluate(
 
     rows: list[EvalRow] = []
     probes = [probes_of(t) for t in transcripts]
+    needs = [needed_next(t) for t in transcripts]
     totals = [counter.count_messages(t.messages) for t in transcripts]
     systems = [counter.count_messages([m for m in t.messages if m.role in SYSTEM_ROLES])
                for t in transcripts]
     for fraction in fractions:
         for contender in contenders:
             row = EvalRow(contender=contender.name, ours=contender.ours, fraction=fraction)
-            for t, (idents, gold), total, system in zip(
-                transcripts, probes, totals, systems, strict=True
+            for t, (idents, gold), need, total, system in zip(
+                transcripts, probes, needs, totals, systems, strict=True
             ):
                 allowance = system + max(int((total - system) * fraction), 1)
+                row.needed += sum(map(len, need.values()))
                 try:
-                    sent = contender.compact(t, allowance, counter)
+                    at = contender.contexts_at(t, allowance, counter, [*need, len(t.messages)])
+                    sent = at[len(t.messages)]
                 except Exception as exc:  # a contender's failure is a result, not a crash
                     row.errors.append(f"{t.name}: {type(exc).__name__}: {exc}")
                     row.probes += len(idents)
@@ -173,6 +255,11 @@ def evaluate(
                     row.tokens_before += total
                     row.tokens_after += total
                     continue
+                for n, used_next in need.items():
+                    seen = at.get(n, [])
+                    if counter.count_messages(seen) <= allowance and not validate(seen):
+                        view = context_text(seen)
+                        row.needed_kept += sum(1 for p in used_next if p in view)
                 used = counter.count_messages(sent)
                 over, invalid = used > allowance, bool(validate(sent))
                 # A request the provider rejects keeps nothing.
