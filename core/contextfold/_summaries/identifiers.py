@@ -112,10 +112,14 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     rfind = text.rfind
     for match in _KEY_RUN.finditer(text):
         key, key_end = match.span()
-        near = key - 64 if key > 64 else 0
-        token = max(rfind(" ", near, key), rfind("\n", near, key), rfind("\t", near, key)) + 1
-        if not token:
-            token = _token_start(text, near)
+        if key and text[key - 1] in " \n":
+            token = key  # the usual case: the key character starts its token
+        else:
+            near = key - 64 if key > 64 else 0
+            token = max(rfind(" ", near, key), rfind("\n", near, key),
+                        rfind("\t", near, key)) + 1
+            if not token:
+                token = _token_start(text, near)
         token = token - _WORD_BEFORE if token > _WORD_BEFORE else 0
         if token > end:
             if end >= 0:
