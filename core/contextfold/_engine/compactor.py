@@ -80,7 +80,7 @@ from .events import (
 )
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
-from .pins import keep_pinned
+from .pins import PinScan, keep_pinned
 from .result import CompactionReport, CompactionResult
 
 __all__ = ["Compactor", "acompact", "compact"]
@@ -230,6 +230,7 @@ class Compactor:
         self._listeners: list[Listener] = list(listeners)
         self._kept_handles: set[str] = set()
         self._handles = HandleMemo()
+        self._pins = PinScan()
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
@@ -403,7 +404,8 @@ class Compactor:
                 service = self._service(context.counter)
                 answer = _focused(service.answer, self._take_request())
                 try:
-                    outcome = _drive(keep_pinned(self.policy.run, view, context), answer)
+                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    outcome = _drive(run, answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -420,8 +422,8 @@ class Compactor:
                 service = self._service(context.counter)
                 aanswer = _afocused(service.aanswer, self._take_request())
                 try:
-                    outcome = await _adrive(keep_pinned(self.policy.run, view, context),
-                                            aanswer)
+                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    outcome = await _adrive(run, aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)

@@ -23,21 +23,41 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from .._counting.counters import _shared_prefix
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from .._policies.contract import CompactionContext, PolicyOutcome, PolicyRun
 from ..errors import BudgetExceededError
 
-__all__ = ["keep_pinned"]
+__all__ = ["PinScan", "keep_pinned"]
+
+
+class PinScan:
+    """Whether a conversation's input holds a pinned message, scanning only what was
+    appended since the previous call (an input that starts with the previous one's
+    messages, as an agent loop's does)."""
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []
+        self._found = False
+
+    def any_pinned(self, messages: Sequence[Message]) -> bool:
+        seen = self._seen
+        k = _shared_prefix(seen, messages)
+        found = self._found if k == len(seen) else any(m.is_pinned for m in messages[:k])
+        found = found or any(m.is_pinned for m in messages[k:])
+        self._seen, self._found = list(messages), found
+        return found
 
 
 def keep_pinned(
     run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
-    messages: Sequence[Message], context: CompactionContext,
+    messages: Sequence[Message], context: CompactionContext, scan: PinScan | None = None,
 ) -> PolicyRun:
     """``run`` (a policy's) with every pinned message kept verbatim: see the module
-    docstring."""
-    if not any(m.is_pinned for m in messages):
+    docstring. ``scan`` (one per conversation) spares a rescan of what earlier calls saw."""
+    if not (scan.any_pinned(messages) if scan is not None
+            else any(m.is_pinned for m in messages)):
         return (yield from run(messages, context))
     n_sys = leading_system_count(messages)
     groups = [g for g in split_groups(messages, n_sys) if any(m.is_pinned for m in g.messages)]

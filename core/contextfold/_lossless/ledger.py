@@ -171,8 +171,9 @@ class HandleMemo:
 
     def __init__(self) -> None:
         self.blocks: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
-        self.targets: dict[tuple[int, str], tuple[Message, Target]] = {}
+        self.targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
         self._used: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
+        self._used_targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
 
     def handle(self, view: Sequence[Message], block: list[int]) -> str:
         """The handle of the consecutive positions ``block`` of ``view``."""
@@ -185,9 +186,29 @@ class HandleMemo:
         self._used[key] = hit
         return hit[1]
 
+    def dropped(self, view: Sequence[Message], block: list[int], handle: str,
+                reported: set[int], counter: Any) -> tuple[Target, ...]:
+        """The ``"dropped"`` targets of the positions of ``block`` the policy did not report.
+        Called right after :meth:`handle` for the same block, which checked its messages."""
+        def made() -> tuple[Target, ...]:
+            return tuple(
+                Target(index=i, role=view[i].role, method="dropped",
+                       original_tokens=counter.count_message(view[i]), new_tokens=0,
+                       tool_name=view[i].name if view[i].role == "tool" else None,
+                       handle=handle)
+                for i in block if i not in reported)
+
+        if reported and not reported.isdisjoint(block):
+            return made()  # the policy reported some of them itself: not the usual set
+        key = (block[0], block[-1], handle)  # the handle stands for the block's content
+        found = self.targets.get(key) or made()
+        self._used_targets[key] = found
+        return found
+
     def keep_used(self) -> None:
         """Forget the blocks this call did not use (the memo holds one call's worth)."""
         self.blocks, self._used = self._used, {}
+        self.targets, self._used_targets = self._used_targets, {}
 
 
 def with_handles(
@@ -202,37 +223,35 @@ def with_handles(
     (one per conversation) hands back what the previous call made for the same messages."""
     memo = memo if memo is not None else HandleMemo()
     present = {id(m) for m in out}
-    reported = {t.index: t for t in targets}
-    runs: list[list[int]] = [[]]
-    for i, m in enumerate(view):
-        known = reported.get(i)
-        missing = id(m) not in present and m.source != LEDGER_SOURCE
-        if missing and (known is None or known.handle is None):
-            runs[-1].append(i)
-        elif runs[-1]:
+    handled = {t.index for t in targets if t.handle is not None}
+    runs: list[list[int]] = []
+    previous = -2
+    # Positions left out and not yet given a handle (a ledger is merged, not removed),
+    # grouped into runs of consecutive positions.
+    for i in [i for i, m in enumerate(view) if id(m) not in present]:
+        if i in handled or view[i].source == LEDGER_SOURCE:
+            continue
+        if i != previous + 1:
             runs.append([])
+        runs[-1].append(i)
+        previous = i
+    reported = {t.index for t in targets}
     handles: dict[int, str] = {}
+    dropped: list[Target] = []
     for run in runs:
         # One handle per block of a run, computed once: a run may hold thousands of
         # messages. Blocks end at fixed positions, so a run that grows at every call (the
         # history a slice leaves out) keeps the handles of its full blocks and only its
-        # last block is new.
+        # last block is new; so do the block's "dropped" targets.
         for block in _blocks(run):
-            handles.update(dict.fromkeys(block, memo.handle(view, block)))
+            handle = memo.handle(view, block)
+            handles.update(dict.fromkeys(block, handle))
+            dropped.extend(memo.dropped(view, block, handle, reported, counter))
     memo.keep_used()
     if not handles:
         return tuple(targets)
     done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
-    made: dict[tuple[int, str], tuple[Message, Target]] = {}
-    for i in sorted(set(handles) - set(reported)):
-        m, key = view[i], (i, handles[i])
-        hit = memo.targets.get(key)
-        target = hit[1] if hit is not None and hit[0] is m else Target(
-            index=i, role=m.role, method="dropped", original_tokens=counter.count_message(m),
-            new_tokens=0, tool_name=m.name if m.role == "tool" else None, handle=handles[i])
-        made[key] = (m, target)
-        done.append(target)
-    memo.targets = made
+    done.extend(sorted(dropped, key=lambda t: t.index))
     return tuple(done)
 
 

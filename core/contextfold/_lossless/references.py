@@ -217,24 +217,28 @@ def persist_originals(
     caller already kept (a handle is a content hash, so its original is the same) and
     receives the new ones. Returns figures for the report.
     """
-    spans: dict[str, list[Message]] = {}
-    tools: dict[str, str | None] = {}
-    for t in targets:
-        if t.handle and 0 <= t.index < len(view):
-            spans.setdefault(t.handle, []).append(view[t.index])
-            tools.setdefault(t.handle, t.tool_name)
-    if not spans:
-        return {}
     sink: ReferenceStore | ReferenceCache = (
         store if _keeps_originals(store, conversation_id)
         else cache if cache is not None else _DEFAULT
     )
-    chars = 0
-    for handle, members in spans.items():
-        if kept is not None and handle in kept and (
+    spans: dict[str, list[Message]] = {}
+    tools: dict[str, str | None] = {}
+    already: set[str] = set()  # kept by an earlier call and still there: nothing to gather
+    for t in targets:
+        handle = t.handle
+        if not handle or handle in already or not 0 <= t.index < len(view):
+            continue
+        if handle not in spans and kept is not None and handle in kept and (
                 not isinstance(sink, ReferenceCache)
                 or sink.get_original(conversation_id, handle) is not None):  # refreshed
+            already.add(handle)
             continue
+        spans.setdefault(handle, []).append(view[t.index])
+        tools.setdefault(handle, t.tool_name)
+    if not spans and not already:
+        return {}
+    chars = 0
+    for handle, members in spans.items():
         text = original_text(members)
         sink.put_original(conversation_id or "", handle, text)
         if kept is not None:
@@ -243,7 +247,8 @@ def persist_originals(
         if learning is not None:
             learning.note_handle(handle, tools[handle])
     where = "memory" if isinstance(sink, ReferenceCache) else "store"
-    return {"originals_kept": len(spans), "original_chars": chars, "kept_in": where}
+    return {"originals_kept": len(spans) + len(already), "original_chars": chars,
+            "kept_in": where}
 
 
 def _source_parts(
