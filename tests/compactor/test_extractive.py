@@ -250,3 +250,17 @@ def test_a_huge_message_is_scanned_on_its_head_and_tail_only() -> None:
     assert found == ("#KT-1001", "#KT-3003")
     small = cf.Message(role="tool", content="a #KT-1001 b #KT-2002 c", tool_call_id="c1")
     assert identifiers.identifiers_of(small) == ("#KT-1001", "#KT-2002")
+
+
+def test_identifying_fields_of_a_json_record_are_identifiers() -> None:
+    record = json.dumps({"reservation_id": "SDZQKO", "status": "active", "passengers": [
+        {"first_name": "Omar", "last_name": "Rossi", "dob": "1990-02-01"}],
+        "origin": "IAH", "flight_type": "one_way", "note": "call back later"})
+    assert identifiers.field_values(record) == ["SDZQKO", "IAH", "one_way", "Omar", "Rossi"]
+    message = cf.Message(role="tool", content=record, tool_call_id="c1")
+    found = identifiers.identifiers_of(message)
+    assert {"SDZQKO", "Omar", "Rossi", "IAH", "one_way", "1990-02-01"} <= set(found)
+    assert "active" not in found and "call back later" not in found
+    assert identifiers.field_values("not json {") == []
+    assert identifiers.field_values('{"name": ') == []
+    assert identifiers.field_values("[" * 100_000 + "]" * 100_000) == []

@@ -14,6 +14,7 @@ At any position the more specific kind wins (a URL before the path or id inside 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 
@@ -170,7 +171,47 @@ def identifiers_of(message: Message) -> tuple[str, ...]:
 
 
 def _identifiers_of(message: Message) -> tuple[str, ...]:
-    return tuple(extract_identifiers(scanned_text(message)))
+    found = dict.fromkeys(extract_identifiers(scanned_text(message)))
+    for text in (message.text, *(c.arguments for c in message.tool_calls)):
+        found.update(dict.fromkeys(field_values(text)))
+    return tuple(found)
+
+
+# Fields of a structured record whose string values identify something even when they look
+# like plain words: a reservation code of letters ("SDZQKO"), a passenger's name, an airport.
+_IDENTIFYING_FIELD = re.compile(
+    r"(?:^|_)(?:id|ids|name|code|number|email|city|airport|origin|destination|type|cabin"
+    r"|method|date|sku|ref|reference)$", re.IGNORECASE)
+_FIELD_VALUES = 200  # at most this many values from one record
+
+
+def field_values(text: str) -> list[str]:
+    """The string values of identifying fields (``reservation_id``, ``first_name``,
+    ``origin``...) in ``text`` when it is a JSON record (a tool result, call arguments),
+    in order; ``[]`` for any other text. These are what identifier patterns miss: codes and
+    names made of letters only."""
+    start = text.lstrip()[:1]
+    if start not in ("{", "[") or len(text) > SCAN_CHARS:
+        return []
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        return []
+    out: list[str] = []
+    stack: list[object] = [data]
+    while stack and len(out) < _FIELD_VALUES:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(value, str):
+                    value = value.strip()
+                    if 2 <= len(value) <= 64 and _IDENTIFYING_FIELD.search(str(key)):
+                        out.append(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return out
 
 
 SCAN_CHARS = 256_000
