@@ -183,6 +183,10 @@ _IDENTIFYING_FIELD = re.compile(
     r"(?:^|_)(?:id|ids|name|code|number|email|city|airport|origin|destination|type|cabin"
     r"|method|date|sku|ref|reference)$", re.IGNORECASE)
 _FIELD_VALUES = 200  # at most this many values from one record
+# A quick look for such a key before parsing: most records have none.
+_IDENTIFYING_KEY = re.compile(
+    r'"(?:[^"\\]*_)?(?:id|ids|name|code|number|email|city|airport|origin|destination|type'
+    r'|cabin|method|date|sku|ref|reference)"\s*:', re.IGNORECASE)
 
 
 def field_values(text: str) -> list[str]:
@@ -191,7 +195,7 @@ def field_values(text: str) -> list[str]:
     in order; ``[]`` for any other text. These are what identifier patterns miss: codes and
     names made of letters only."""
     start = text.lstrip()[:1]
-    if start not in ("{", "[") or len(text) > SCAN_CHARS:
+    if start not in ("{", "[") or len(text) > SCAN_CHARS or not _IDENTIFYING_KEY.search(text):
         return []
     try:
         data = json.loads(text)
