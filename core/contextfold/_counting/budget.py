@@ -110,7 +110,9 @@ class Budget:
 
     ``input_budget = context_window - output_reserve``. Compaction triggers when the input
     passes ``trigger`` of that budget and shrinks it to ``target`` (the threshold design: 75% and
-    50%).
+    50%). With an LLM summarizer, the next compaction is prepared in the background once
+    the input passes ``prepare`` (60%), so the call that crosses the trigger does not wait
+    for a summary.
     """
 
     context_window: Annotated[int, Ge(1)]
@@ -123,6 +125,10 @@ class Budget:
     """Fraction of the input budget compaction shrinks to, in (0, trigger]."""
     model: str | None = None
     """The model this budget was made for, when known; used to pick a token counter."""
+    prepare: Annotated[float, Gt(0), Le(1)] | None = 0.6
+    """Fraction of the input budget past which the next compaction is prepared in the
+    background (an LLM summarizer only); ``None``, or a value at or above ``trigger``,
+    prepares nothing."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -149,6 +155,14 @@ class Budget:
         """Input tokens compaction aims for."""
         return int(self.input_budget * self.target)
 
+    @property
+    def prepare_tokens(self) -> int | None:
+        """Input tokens past which the next compaction is prepared ahead of time; ``None``
+        when nothing is prepared."""
+        if self.prepare is None or self.prepare >= self.trigger:
+            return None
+        return int(self.input_budget * self.prepare)
+
     @classmethod
     def for_model(
         cls,
@@ -156,6 +170,7 @@ class Budget:
         *,
         trigger: float = 0.75,
         target: float = 0.50,
+        prepare: float | None = 0.6,
         table: Mapping[str, ModelLimits] | None = None,
     ) -> Budget:
         """The budget of a known model (``MODEL_LIMITS``; ``table`` entries override it).
@@ -176,4 +191,5 @@ class Budget:
             trigger=trigger,
             target=target,
             model=model,
+            prepare=prepare,
         )

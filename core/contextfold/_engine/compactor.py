@@ -27,6 +27,10 @@ at once instead of looping.
 A policy whose output must be rebuilt on every call (a loop slice, a nudge) declares
 ``always_run = True``; the Compactor then runs it on the full input every time.
 
+Ahead of time: with an LLM summarizer, once an appended call passes ``budget.prepare`` the
+next compaction runs in the background on the view just sent, and the call that crosses
+the trigger sends its output plus what was appended since (:mod:`.ahead`).
+
 Reports describe the input a call worked on: the previous output plus the new messages
 when the call was incremental (``details["incremental"]``), else the caller's input.
 ``details`` also holds the calibrated figure (``known_tokens``), the usage breakdown
@@ -35,6 +39,7 @@ when the call was incremental (``details["incremental"]``), else the caller's in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -66,10 +71,11 @@ from .._policies.contract import (
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
-from .._summaries.summarizer import AnySummarizer
+from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
 from ..stores._protocols import HistoryStore
+from .ahead import Prepared, prepare_in_task, prepare_in_thread
 from .events import (
     CompactionApplied,
     CompactionEvent,
@@ -236,6 +242,7 @@ class Compactor:
         self._stalled: tuple[int, int] | None = None
         self._requested: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
+        self._prepared: Prepared | None = None
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -317,7 +324,18 @@ class Compactor:
             BudgetExceededError: even the policy's protected minimum does not fit.
         """
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
-        return plan if isinstance(plan, CompactionResult) else self._run(plan)
+        if isinstance(plan, CompactionResult):
+            self._prepare_ahead(plan, in_loop=False)
+            return plan
+        prepared = self._prepared_for(plan)
+        if prepared is not None:
+            self._prepared = None  # used once, whatever comes of it
+            # A task of an event loop cannot be waited for here: only when it is done.
+            ready = _settled(prepared) if prepared.threaded or prepared.future.done() else None
+            result = self._use_prepared(plan, prepared, ready) if ready else None
+            if result is not None:
+                return result
+        return self._run(plan)
 
     async def acompact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
@@ -325,7 +343,20 @@ class Compactor:
     ) -> CompactionResult:
         """The async form of :meth:`compact` (summaries are awaited)."""
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
-        return plan if isinstance(plan, CompactionResult) else await self._arun(plan)
+        if isinstance(plan, CompactionResult):
+            self._prepare_ahead(plan, in_loop=True)
+            return plan
+        prepared = self._prepared_for(plan)
+        if prepared is not None:
+            self._prepared = None  # used once, whatever comes of it
+            # A task of another event loop cannot be awaited here: only when it is done.
+            usable = prepared.threaded or prepared.future.done() or \
+                prepared.loop is asyncio.get_running_loop()
+            ready = await _asettled(prepared) if usable else None
+            result = self._use_prepared(plan, prepared, ready) if ready else None
+            if result is not None:
+                return result
+        return await self._arun(plan)
 
     def limit_input(self, tokens: int) -> None:
         """Lower the input budget to at most ``tokens`` for this call and every later one
@@ -333,6 +364,7 @@ class Compactor:
         check("Compactor.limit_input", "tokens", tokens, Annotated[int, Ge(1)])
         if tokens < self.budget.input_budget:
             self.budget = replace(self.budget, context_window=tokens + self.budget.output_reserve)
+            self._prepared = None  # prepared for the larger budget
 
     # -- 1. plan ---------------------------------------------------------------------
 
@@ -569,8 +601,97 @@ class Compactor:
         self._prefix.remember(restarted, out, plan.fixed, self.counter)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
+            self._prepared = None  # it compacted a view that is no longer the prefix
         elif plan.new_tokens is not None:
             self._since += plan.new_tokens
+
+    # -- ahead of time ----------------------------------------------------------------
+
+    def _prepare_ahead(self, appended: CompactionResult, *, in_loop: bool) -> None:
+        """Start the next compaction in the background when an appended call passed
+        ``budget.prepare`` (see :mod:`.ahead`). It aims below the target by what the
+        conversation must still grow to reach the trigger, so the call that crosses it
+        lands at the target."""
+        budget, summarizer = self.budget, self.summarizer
+        mark = budget.prepare_tokens
+        if (mark is None or self._prepared is not None or self.policy.always_run
+                or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
+                or not self._prefix.out_valid):
+            return
+        report = appended.report
+        effective = max(report.tokens_after, report.details.get("known_tokens") or 0)
+        aim = budget.target_tokens - (budget.trigger_tokens - effective)
+        if not mark < effective <= budget.trigger_tokens or aim < budget.input_budget // 10:
+            return
+        # Below the lowered trigger, the policy compacts this view as it would past the
+        # real one (a forced run would read as an overflow).
+        ahead = replace(budget, trigger=(effective - 1) / budget.input_budget,
+                        target=aim / budget.input_budget)
+        snapshot = self._prefix.out
+        service = self._service(self.counter)
+        context = CompactionContext(
+            budget=ahead, counter=self.counter, known_tokens=report.details.get("known_tokens"),
+            fixed_tokens=self._prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
+            store=self.store, conversation_id=self.conversation_id, references=self.references,
+        )
+        prepared = Prepared(snapshot, service)
+        if isinstance(summarizer, Summarizer):
+            self._prepared = prepare_in_thread(prepared, lambda: _drive(
+                keep_pinned(self.policy.run, list(snapshot), context), service.answer))
+        elif in_loop and isinstance(summarizer, AsyncSummarizer):
+            async def run() -> PolicyOutcome:
+                return await _adrive(keep_pinned(self.policy.run, list(snapshot), context),
+                                     service.aanswer)
+            self._prepared = prepare_in_task(prepared, run)
+
+    def _prepared_for(self, plan: Plan) -> Prepared | None:
+        """The prepared compaction this call may use: one of the view this call extends,
+        for a call that is neither forced nor asked for a focus."""
+        prepared = self._prepared
+        if (prepared is None or plan.new is None or plan.force or self._requested is not None
+                or not prepared.applies_to(self._prefix.out)):
+            return None
+        return prepared
+
+    def _use_prepared(
+        self, plan: Plan, prepared: Prepared, outcome: PolicyOutcome
+    ) -> CompactionResult | None:
+        """The prepared output plus the messages appended since, finished like any pass;
+        ``None`` when that is not a valid request under the trigger (or nothing was cut)."""
+        snapshot = prepared.snapshot
+        if outcome.method == "none" or list(outcome.messages) == list(snapshot):
+            return None
+        assert plan.new is not None
+        base = [*self._prefix.out, *plan.new]
+        messages = [*outcome.messages, *base[len(snapshot):]]
+        problems = validate(messages)
+        if not plan.complete:
+            problems = [p for p in problems if p.code not in APPENDABLE]
+        if problems or self.counter.count_messages(messages) + plan.fixed > \
+                self.budget.trigger_tokens:
+            return None
+        plan.base = base
+        self._emit(CompactionStarted(self.conversation_id, len(base), False))
+        context = CompactionContext(
+            budget=self.budget, counter=self.counter, known_tokens=plan.known,
+            fixed_tokens=plan.fixed, now=plan.now or datetime.now(timezone.utc),
+            state=self._state, store=self.store, conversation_id=self.conversation_id,
+            references=self.references,
+        )
+        ready = replace(outcome, messages=messages, details={**outcome.details, "prepared": {
+            "snapshot_messages": len(snapshot),
+            "appended_messages": len(base) - len(snapshot),
+            "ahead_ms": round((plan.started - prepared.started) * 1e3, 1),
+            "waited_ms": round(prepared.waited * 1e3, 1),
+        }})
+        try:
+            with self._span(plan) as span:
+                result = self._finish(plan, base, (), context, ready, prepared.service)
+                span.record(result.report)
+                return result
+        except BaseException:
+            self._forget()
+            raise
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -602,6 +723,7 @@ class Compactor:
 
     def _forget(self) -> None:
         self._prefix = Prefix()
+        self._prepared = None
         self._known = None
         self._since = 0
         self.last_output_tokens = None
@@ -684,6 +806,35 @@ def _drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> 
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
         return outcome
+
+
+def _settled(prepared: Prepared) -> PolicyOutcome | None:
+    """The prepared outcome, waiting for it; ``None`` when it failed (the call then
+    compacts as it would have without it)."""
+    started = time.perf_counter()
+    try:
+        outcome = prepared.future.result()
+    except BaseException as error:
+        if not (prepared.future.done() and prepared.future.exception() is error):
+            raise  # not the background run's failure: this call's own interruption
+        logger.debug("contextfold: prepared compaction failed: %r", error)
+        return None
+    prepared.waited = time.perf_counter() - started
+    return outcome
+
+
+async def _asettled(prepared: Prepared) -> PolicyOutcome | None:
+    """:func:`_settled`, awaited."""
+    started = time.perf_counter()
+    try:
+        outcome = await asyncio.wrap_future(prepared.future)
+    except BaseException as error:
+        if not prepared.future.done() or isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise  # this call itself was cancelled or interrupted
+        logger.debug("contextfold: prepared compaction failed: %r", error)
+        return None
+    prepared.waited = time.perf_counter() - started
+    return outcome
 
 
 async def _adrive(

@@ -1,0 +1,136 @@
+"""What the call that crosses the trigger waits for, with a summarizer that takes seconds.
+
+An agent loop grows its history gradually (one tool step of ~1% of the budget per call)
+under a 16k window; each step "calls the model" (a pause standing in for the model's own
+latency), and every summary takes ``SUMMARY_SECONDS`` (an LLM summarizer's latency, slept
+before the extractive summary is returned). Measured, in one process:
+
+* contextfold's ``Compactor(ThresholdPolicy())`` as configured by default: past 60% of the
+  budget the next compaction is prepared in the background, so the call that crosses the
+  trigger sends the prepared output;
+* the same with ``Budget(prepare=None)``: that call makes the summary itself;
+* LangChain's ``SummarizationMiddleware.before_model`` on the same history, its model
+  taking the same time per summary.
+
+Reported: the time the crossing calls took (the slowest one), and the median of the
+other calls, for each.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import contextfold as cf
+from contextfold.policy import SummaryRequest
+
+COUNTER = cf.TiktokenCounter("cl100k_base")
+WINDOW = 16_384
+SUMMARY_SECONDS = 2.0
+
+
+class SlowSummarizer:
+    """An LLM's latency in front of the extractive summary."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.inner = cf.ExtractiveSummarizer(counter=COUNTER)
+
+    def summarize(self, request: SummaryRequest) -> str:
+        time.sleep(self.seconds)
+        return self.inner.summarize(request)
+
+
+def steps(count: int) -> list[list[cf.Message]]:
+    """Loop steps of ~150 tokens: a call and its result."""
+    out = []
+    for k in range(count):
+        call = cf.Message("assistant", "", tool_calls=(
+            cf.ToolCall(f"s{k}", "lookup", f'{{"record": {k}}}'),))
+        result = cf.Message("tool", f"record {k}: REF-{k:05d} " + "status confirmed. " * 30,
+                            tool_call_id=f"s{k}", name="lookup")
+        out.append([call, result])
+    return out
+
+
+def loop(call: Callable[[list[Any]], bool], convert: Callable[[list[cf.Message]], list[Any]],
+         count: int, model_seconds: float) -> tuple[list[float], list[float]]:
+    """Durations of the calls that compacted and of the others, in ms."""
+    history = convert([cf.Message("system", "You look records up."),
+                       cf.Message("user", "Look up every record and list the refs.")])
+    crossing, others = [], []
+    for step in steps(count):
+        history = [*history, *convert(step)]
+        started = time.perf_counter()
+        compacted = call(history)
+        (crossing if compacted else others).append((time.perf_counter() - started) * 1e3)
+        time.sleep(model_seconds)  # the model answers
+    return crossing, others
+
+
+def ours(prepare: float | None, summary_seconds: float, count: int,
+         model_seconds: float) -> tuple[list[float], list[float]]:
+    budget = cf.Budget(context_window=WINDOW, prepare=prepare)
+    compactor = cf.Compactor(cf.ThresholdPolicy(), budget, COUNTER,
+                             SlowSummarizer(summary_seconds))
+    return loop(lambda h: compactor.compact(h).report.method != "none", list, count,
+                model_seconds)
+
+
+def langchain(summary_seconds: float, count: int,
+              model_seconds: float) -> tuple[list[float], list[float]]:
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models import GenericFakeChatModel
+
+    from bench_counting import to_langchain
+
+    class SlowModel(GenericFakeChatModel):
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(summary_seconds)
+            return super()._generate(*args, **kwargs)
+
+    budget = cf.Budget(context_window=WINDOW)
+    middleware = SummarizationMiddleware(
+        model=SlowModel(messages=iter(["summary of the records"] * 100)),
+        trigger=("tokens", budget.trigger_tokens), keep=("tokens", budget.target_tokens // 2))
+
+    def call(history: list[Any]) -> bool:
+        update = middleware.before_model({"messages": history}, None)  # type: ignore[arg-type]
+        return update is not None
+
+    return loop(call, to_langchain, count, model_seconds)
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    """Rows for ``benchmarks/run.py``: the slowest crossing call and the median other call,
+    prepared ahead, made on the spot, and LangChain's, in the same process."""
+    summary_seconds = 0.5 if quick else SUMMARY_SECONDS
+    model_seconds = 0.05 if quick else 0.2
+    count = 140
+    prepared = ours(0.6, summary_seconds, count, model_seconds)
+    on_the_spot = ours(None, summary_seconds, count, model_seconds)
+    peer = langchain(summary_seconds, count, model_seconds)
+    label = f"summary takes {summary_seconds:g} s"
+    rows: list[dict[str, Any]] = []
+    for name, (crossing, _) in (("prepared ahead (default)", prepared),
+                                ("without preparing (prepare=None)", on_the_spot)):
+        rows.append({"name": f"call crossing the trigger, {name}, {label}",
+                     "ours": round(max(crossing), 1), "peer": round(max(peer[0]), 1),
+                     "unit": "ms", "notes": f"{len(crossing)} crossing calls; peer: "
+                     "SummarizationMiddleware.before_model"})
+    rows.append({"name": "other calls, median (prepared ahead)",
+                 "ours": round(statistics.median(prepared[1]), 3),
+                 "peer": round(statistics.median(peer[1]), 3), "unit": "ms",
+                 "notes": "peer: SummarizationMiddleware.before_model"})
+    return rows
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from run import main
+
+    raise SystemExit(main(["ahead", *sys.argv[1:]]))

@@ -1,0 +1,108 @@
+"""Compactions prepared ahead of time, so the call that crosses the trigger does not wait
+for an LLM summary.
+
+With an LLM summarizer, a compaction costs a model call (seconds). Once a conversation
+passes ``budget.prepare`` (60% of the input budget by default) the Compactor runs the next
+compaction in the background, on the view it has just sent::
+
+    call at 62%   sent as usual (appended); the policy runs, forced, on that view in the
+                  background, aiming below the target by what the conversation still has
+                  to grow before the trigger
+    calls ...     sent as usual, appended
+    call at 76%   the prepared output plus what was appended since goes out at once
+
+The prepared output is used only while it still applies: the view it compacted is still
+the start of the conversation's view (nothing rewrote it since), nothing forced the call
+(an overflow) or asked for a focus, and the prepared output plus the new messages is a
+valid request under the trigger. When the background run is still going, the call waits
+for it (it started earlier than a new one would); when it failed or does not apply, the
+call compacts as it would have without it.
+
+Only policies that keep their output between compactions are prepared (``always_run``
+policies rebuild at every call); the extractive summarizer needs no preparing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._messages.model import Message
+from .._policies.contract import PolicyOutcome
+from .._summaries.service import SummaryService
+
+__all__ = ["Prepared", "prepare_in_task", "prepare_in_thread"]
+
+
+@dataclass
+class Prepared:
+    """A compaction running (or done) in the background."""
+
+    snapshot: tuple[Message, ...]
+    """The view it compacts: the conversation's view when it started."""
+    service: SummaryService
+    """The summary service it uses (its figures go into the report)."""
+    future: Future[PolicyOutcome] = field(default_factory=Future)
+    """The policy's outcome for ``snapshot``."""
+    threaded: bool = True
+    """It runs in a thread (a sync caller may wait for it); else in an event loop's task."""
+    started: float = field(default_factory=time.perf_counter)
+    """``perf_counter`` when it started."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """The event loop of its task, when it runs in one."""
+    waited: float = 0.0
+    """Seconds the call that used it waited for it."""
+
+    def applies_to(self, view: tuple[Message, ...]) -> bool:
+        """True when ``view`` still starts with the snapshot (the same message objects)."""
+        n = len(self.snapshot)
+        return len(view) >= n and all(map(operator.is_, self.snapshot, view[:n]))
+
+
+def prepare_in_thread(prepared: Prepared, run: Callable[[], PolicyOutcome]) -> Prepared:
+    """Run ``run`` in a daemon thread (it never holds up the interpreter's exit) and settle
+    ``prepared.future`` with its outcome or error."""
+
+    def work() -> None:
+        if not prepared.future.set_running_or_notify_cancel():
+            return
+        try:
+            prepared.future.set_result(run())
+        except BaseException as exc:  # handed to whoever takes the result
+            prepared.future.set_exception(exc)
+
+    threading.Thread(target=work, name="contextfold-prepare", daemon=True).start()
+    return prepared
+
+
+def prepare_in_task(
+    prepared: Prepared, run: Callable[[], Coroutine[Any, Any, PolicyOutcome]]
+) -> Prepared:
+    """Run the coroutine ``run()`` as a task of the running event loop (for a summarizer
+    that is async only). A task the loop cancels (the loop ended) settles the future with
+    the cancellation, so nobody waits for it."""
+    prepared.threaded = False
+    prepared.loop = asyncio.get_running_loop()
+    prepared.future.set_running_or_notify_cancel()
+
+    async def work() -> None:
+        try:
+            prepared.future.set_result(await run())
+        except BaseException as exc:
+            prepared.future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    task = prepared.loop.create_task(work())
+    _TASKS.add(task)  # the loop keeps only a weak reference to its tasks
+    task.add_done_callback(_TASKS.discard)
+    return prepared
+
+
+_TASKS: set[asyncio.Task[None]] = set()
