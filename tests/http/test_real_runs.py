@@ -5,6 +5,8 @@ agent still sees at the end, summary calls that fit)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from llama_index.llms.openai import OpenAI
 import contextfold as cf
 from langchain_contextfold import CompactionMiddleware, with_compaction
 from llama_index.memory.contextfold import CompactingLLM
-from openai_server import DocumentAgent
+from openai_server import ENCODING, DocumentAgent
 
 pytestmark = [pytest.mark.http, pytest.mark.slow]
 
@@ -47,6 +49,21 @@ def lc_tool(agent: DocumentAgent) -> Any:
     return read_document
 
 
+def cached_prefixes(server: Any) -> tuple[float, float]:
+    """Of consecutive agent requests: the share that repeat the previous request whole, and
+    the share that repeat at least 1,024 tokens of it from the start (what a provider's
+    prompt cache can reuse; OpenAI caches from 1,024 tokens)."""
+    requests = [r for r in server.requests if not r.summary and r.accepted]
+    whole = long = 0
+    for previous, request in itertools.pairwise(requests):
+        sent = json.dumps(previous.body["messages"], sort_keys=True).encode()
+        whole += request.shared_prefix >= len(sent) - 1  # all but its closing bracket
+        shared = sent[: request.shared_prefix].decode("utf-8", "ignore")
+        long += len(ENCODING.encode(shared, disallowed_special=())) >= 1_024
+    pairs = max(1, len(requests) - 1)
+    return whole / pairs, long / pairs
+
+
 def test_create_agent_with_the_default_summarizer_reads_60_documents(openai_server: Any) -> None:
     agent = DocumentAgent(60)
     server = openai_server(window=WINDOW, responder=agent)
@@ -56,13 +73,18 @@ def test_create_agent_with_the_default_summarizer_reads_60_documents(openai_serv
     state = graph.invoke({"messages": [HumanMessage(agent.task())]},
                          config={"recursion_limit": 400})
     summaries = [r for r in server.requests if r.summary]
+    whole, long = cached_prefixes(server)
     print(f"\n60 docs create_agent: {len(server.requests)} requests, "
           f"{len(summaries)} summary calls, {len(server.rejected)} rejected, "
-          f"{codes_in_view_at_the_end(server, agent)}/60 codes in view")
+          f"{codes_in_view_at_the_end(server, agent)}/60 codes in view; of consecutive "
+          f"requests {whole:.0%} repeat the previous whole, {long:.0%} its first 1,024 tokens")
     assert server.rejected == []  # agent and summary calls alike: nothing over the window
     assert summaries, "the default summarizer (the agent's model) made the summaries"
     assert codes_in_view_at_the_end(server, agent) >= 57
     assert "Codes found" in str(state["messages"][-1].content)
+    # Rolling compaction leaves what earlier passes wrote as it was sent: most requests,
+    # compacted ones included, repeat a prefix a provider caches.
+    assert long >= 0.8
 
 
 # Raised inside llama-index-workflows (see tests/llamaindex/conftest.py).

@@ -207,9 +207,11 @@ def test_the_summary_is_offered_what_the_plan_left_under_the_target(
 
 
 def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> None:
+    # The threshold design's placement, kept when rolling compaction is off.
     history = email_history(8)
     window = int(counter.count_messages(history) / 0.8)
-    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply="S1")
+    outcome, _ = drive(cf.ThresholdPolicy(rolling=False), history, context_for(counter, window),
+                       reply="S1")
     last = outcome.messages[-1]
     assert last.role == "user" and last.source == "summary"
     assert last.text.startswith(f"{SUMMARY_HEADER}S1\n\n")
@@ -223,33 +225,67 @@ def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> N
     assert cf.validate(outcome.messages) == []
 
 
-def test_a_trailing_user_prompt_stays_last(counter: cf.TokenCounter) -> None:
+def test_a_rolling_summary_goes_where_the_first_cut_was(counter: cf.TokenCounter) -> None:
+    # Rolling (the default): the summary block goes before the first message cut or
+    # dropped, the ledger after it; everything after them is the input's own messages or
+    # their cut versions, which the next pass may cut again without rewriting the block.
+    history = email_history(8)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply="S1")
+    at = next(i for i, m in enumerate(outcome.messages) if m.source == "summary")
+    summary = outcome.messages[at]
+    assert summary.text.startswith(f"{SUMMARY_HEADER}S1\n\n")
+    assert summary.text.endswith(f"\n\n{CONTINUATION_NUDGE}")
+    assert outcome.messages[at + 1].source == "ledger"
+    first_change = min(t.index for t in outcome.targets)
+    assert outcome.messages[:at] == history[:at] and at <= first_change
+    after = outcome.messages[at + 2:]
+    originals = {id(m) for m in history}
+    cut = [m for m in after if id(m) not in originals]
+    assert cut and all(m.tool_call_id or m.tool_calls for m in cut)  # cut tool steps
+    assert cf.validate(outcome.messages) == []
+
+
+@pytest.mark.parametrize("rolling", [True, False])
+def test_a_trailing_user_prompt_stays_last(counter: cf.TokenCounter, rolling: bool) -> None:
     prompt = cf.Message(role="user", content="Now write the briefing.")
     history = [*email_history(8), prompt]
     window = int(counter.count_messages(history) / 0.8)
-    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    outcome, _ = drive(cf.ThresholdPolicy(rolling=rolling), history,
+                       context_for(counter, window))
     assert outcome.messages[-1] is prompt
-    assert outcome.messages[-2].source == "summary"
+    if not rolling:
+        assert outcome.messages[-2].source == "summary"
+    else:
+        assert any(m.source == "summary" for m in outcome.messages[:-1])
 
 
 def test_failed_summary_gives_the_notice(counter: cf.TokenCounter) -> None:
     history = email_history(8)
     window = int(counter.count_messages(history) / 0.8)
     outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window), reply=None)
-    assert outcome.messages[-1].text.startswith(COMPACTION_NOTICE)
+    notices = [m for m in outcome.messages if m.metadata.get("compaction") == "notice"]
+    assert len(notices) == 1 and notices[0].text.startswith(COMPACTION_NOTICE)
     assert any("summary failed" in note for note in outcome.notes)
 
 
-def test_earlier_summaries_are_recompacted(counter: cf.TokenCounter) -> None:
+@pytest.mark.parametrize("rolling", [False, True])
+def test_earlier_summaries_are_recompacted(counter: cf.TokenCounter, rolling: bool) -> None:
+    # The threshold design's recursion cuts an earlier summary like any message; a
+    # consolidating rolling pass folds it whole into the new summary.
     old = cf.Message(role="user", content=SUMMARY_HEADER + words(8_000, "old"), source="summary")
     history = [cf.Message(role="user", content="task"), old]
     for k in range(3):
         history += [cf.Message(role="user", content=f"go {k}")]
         history += [cf.Message(role="assistant", content=f"ok {k}")]
     window = int(counter.count_messages(history) / 0.8)
-    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
-    assert any(t.index == 1 and t.method == "truncated" for t in outcome.targets)
+    outcome, requests = drive(cf.ThresholdPolicy(rolling=rolling), history,
+                              context_for(counter, window))
+    method = "dropped" if rolling else "truncated"
+    assert any(t.index == 1 and t.method == method for t in outcome.targets)
     assert old in requests[0].messages
+    if rolling:
+        assert sum(m.source == "summary" for m in outcome.messages) == 1
 
 
 # -- images --------------------------------------------------------------------------

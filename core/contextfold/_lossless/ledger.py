@@ -26,6 +26,7 @@ import contextlib
 import json
 import operator
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
@@ -117,19 +118,28 @@ def run_with_ledger(
     ledger: Ledger,
     *,
     reserve: bool = True,
+    frozen: int = 0,
+    share: float = 1.0,
 ) -> PolicyRun:
     """``run`` (a policy's) with the ledger carried: see the module docstring.
 
     ``reserve`` takes the ledger's room from the policy's budget before it runs (for
     policies that fill the whole budget); a policy that compacts to its target leaves room
     under the hard budget instead, and the ledger takes at most that room after it ran.
+
+    ``frozen`` is the end of the part a rolling pass leaves byte-identical
+    (:mod:`~contextfold._policies.rolling`): the earlier ledgers in it stay where they are,
+    and the new entries (those no earlier ledger holds) go in a ledger of their own right
+    after the pass's summary, within what the earlier ones left of the ledger's room.
+    ``share`` is the part of its room a merged ledger may fill (the rest is left to the
+    rolling passes that follow it).
     """
-    positions = [i for i, m in enumerate(messages) if m.source != LEDGER_SOURCE
-                 or m.role != "user" or _META not in m.metadata]
-    previous = [m for m in messages if m.source == LEDGER_SOURCE and m.role == "user"
-                and _META in m.metadata]
+    if frozen:
+        return (yield from _run_rolling(run, messages, context, ledger, frozen))
+    positions = [i for i, m in enumerate(messages) if not _is_ledger(m)]
+    previous = [m for m in messages if _is_ledger(m)]
     rest = [messages[i] for i in positions] if previous else messages
-    room = ledger.room(context)
+    room = int(ledger.room(context) * share)
     if reserve:
         inner = replace(context, fixed_tokens=context.fixed_tokens + room)
         try:
@@ -153,14 +163,50 @@ def run_with_ledger(
                             else t.index) for t in outcome.targets)
     out = list(outcome.messages)
     targets = with_handles(messages, out, targets, context.counter)
-    entries = _merged(previous, _new_entries(messages, targets, ledger), out)
-    message, shed = _fit(entries, room, context, ledger)
+    new = _new_entries(messages, targets, ledger)
+    entries = _merged(previous, new, out)
+    # A ledger that leaves room for the rolling passes after it sheds more than the others:
+    # what this pass just took out goes last, or it would be the first to go.
+    fresh = {e.key for e in new} if share < 1 else frozenset()
+    message, shed = _fit(entries, room, context, ledger, fresh=fresh)
     if message is not None:
         out = _insert(out, message)
     details = {**outcome.details,
                "ledger": {"entries": len(entries) - shed, "shed": shed, "room": room}}
     return PolicyOutcome(messages=out, method=outcome.method, targets=targets,
                          notes=outcome.notes, details=details)
+
+
+def _run_rolling(
+    run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
+    messages: Sequence[Message], context: CompactionContext, ledger: Ledger, frozen: int,
+) -> PolicyRun:
+    """:func:`run_with_ledger` for a rolling pass: the ledgers before ``frozen`` stay."""
+    outcome: PolicyOutcome = yield from run(messages, context)
+    if outcome.messages is messages:
+        return outcome
+    previous = [m for m in messages[:frozen] if _is_ledger(m)]
+    out = list(outcome.messages)
+    targets = with_handles(messages, out, outcome.targets, context.counter)
+    known = {str(e.get("key")) for m in previous for e in ledger_entries(m)}
+    entries = [e for e in _merged((), _new_entries(messages, targets, ledger), out)
+               if e.key not in known]
+    count = context.counter.count_message
+    held = sum(map(count, previous))
+    left = context.available - context.counter.count_messages(out)
+    room = max(0, min(ledger.room(context) - held, left))
+    message, shed = _fit(entries, room, context, ledger)
+    if message is not None:
+        present = {id(m) for m in messages}
+        out = _insert(out, message, after=[i for i, m in enumerate(out) if id(m) not in present])
+    details = {**outcome.details, "ledger": {"entries": len(entries) - shed, "shed": shed,
+                                             "room": room, "earlier_ledgers": len(previous)}}
+    return PolicyOutcome(messages=out, method=outcome.method, targets=targets,
+                         notes=outcome.notes, details=details)
+
+
+def _is_ledger(message: Message) -> bool:
+    return message.source == LEDGER_SOURCE and message.role == "user" and _META in message.metadata
 
 
 class HandleMemo:
@@ -329,17 +375,21 @@ def _merged(previous: Sequence[Message], new: Sequence[_Entry],
 
 
 def _fit(
-    entries: list[_Entry], room: int, context: CompactionContext, ledger: Ledger
+    entries: list[_Entry], room: int, context: CompactionContext, ledger: Ledger,
+    fresh: AbstractSet[str] = frozenset(),
 ) -> tuple[Message | None, int]:
     """The ledger message within ``room``, shedding the least used entries (the oldest
-    first among equals); ``None`` when there is nothing to record or no room at all.
-    Lines are counted once each; the message is counted once it should fit."""
+    first among equals; what this pass just took out, ``fresh``, after every earlier entry:
+    it has had no chance to be used yet, and is what the next steps most likely need);
+    ``None`` when there is nothing to record or no room at all. Lines are counted once
+    each; the message is counted once it should fit."""
     if not entries or room <= 0:
         return None, 0
     count = context.counter.count_text
     sizes = [count(e.line()) + 1 for e in entries]
     frame = context.counter.count_message(_message([], 1))
-    order = sorted(range(len(entries)), key=lambda k: (entries[k].uses, k))
+    order = sorted(range(len(entries)),
+                   key=lambda k: (entries[k].key in fresh, entries[k].uses, k))
     total, shed = frame + sum(sizes), 0
     while shed < len(entries) and total > room:
         total -= sizes[order[shed]]
@@ -362,12 +412,24 @@ def _message(entries: Sequence[_Entry], shed: int) -> Message:
                                      "shed": shed}})
 
 
-def _insert(out: list[Message], ledger: Message) -> list[Message]:
+def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = None
+            ) -> list[Message]:
     """``out`` with the ledger beside the summaries the policy wrote: just before a summary
     that closes the sequence (so the summary and its continuation nudge stay last), else
     right after the last summary (history summaries, then the ledger, then what was kept);
-    without a summary, just before the newest group. Never inside a tool group."""
-    summaries = [i for i, m in enumerate(out) if m.source == "summary"]
+    without a summary, just before the newest group. Never inside a tool group.
+
+    ``after`` (positions of what this pass wrote, for a rolling pass) limits the summaries
+    to those, and a pass that wrote none puts the ledger after the last thing it wrote."""
+    if after is not None:
+        summaries = [i for i in after if out[i].source == "summary"]
+        if not summaries and after:
+            at = max(after) + 1
+            while at < len(out) and out[at].role == "tool":
+                at += 1
+            return [*out[:at], ledger, *out[at:]]
+    else:
+        summaries = [i for i, m in enumerate(out) if m.source == "summary"]
     if summaries:
         last = summaries[-1]
         closing = all(m.role == "user" for m in out[last:])

@@ -71,7 +71,7 @@ from typing import Annotated
 
 from .._config import Ge, Gt, Le, NonBlank, check_fields
 from .._lossless.learning import learned_in
-from .._lossless.ledger import Ledger, run_with_ledger
+from .._lossless.ledger import LEDGER_SOURCE, Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
 from .._messages.structure import SYSTEM_ROLES, open_loop_call, split_groups
@@ -88,6 +88,7 @@ from .fitting import shrink_message, squeeze
 from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
 from .prompt_source import open_request, prompt_kind
+from .rolling import block_position, frozen_prefix, is_block
 
 __all__ = [
     "COMPACTION_NOTICE",
@@ -114,12 +115,14 @@ Copy every identifier, reference number, name and amount exactly as written."""
 """The threshold design's five-section summary prompt."""
 
 CONTINUATION_NUDGE = (
-    "[Status: Context was compacted. The messages above contain truncated versions of older "
-    "content. This summary captures the full conversation state. Continue where you left off. "
-    "Do NOT produce final output until ALL steps are complete. Do NOT re-do completed work.]"
+    "[Status: Context was compacted. Older messages are summarized here or shown as truncated "
+    "versions of their content. This summary captures the full conversation state. Continue "
+    "where you left off. Do NOT produce final output until ALL steps are complete. Do NOT "
+    "re-do completed work.]"
 )
 
-"""The threshold design's continuation nudge, after the summary."""
+"""The threshold design's continuation nudge, after the summary (worded for either place the
+summary goes: after the truncated messages, or before them when compaction rolls)."""
 
 COMPACTION_NOTICE = (
     "[Compaction Notice: Context was compacted by truncating older messages (showing first and "
@@ -158,6 +161,14 @@ class ThresholdPolicy:
         notice: the message used when the summary failed.
         short_notice: the notice used when not even ``notice`` fits (tiny budgets).
         ledger: the compaction ledger's settings; ``None`` keeps no ledger.
+        rolling: cache-stable compaction: each pass freezes what earlier passes wrote (up to
+            the last summary block), compacts only what came after it and appends its own
+            block there, so the request keeps the previous one's prefix for the provider's
+            prompt cache (see :mod:`contextfold.policy`'s rolling compaction).
+        rolling_share: the frozen part (after the first user message) may take at most this
+            share of the target; past it, or when compacting only what follows it cannot
+            get halfway from the target to the trigger, the pass consolidates (today's full
+            compaction, earlier summaries included).
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -174,6 +185,8 @@ class ThresholdPolicy:
     notice: Annotated[str, NonBlank] = COMPACTION_NOTICE
     short_notice: Annotated[str, NonBlank] = SHORT_NOTICE
     ledger: Ledger | None = field(default_factory=Ledger)
+    rolling: bool = True
+    rolling_share: Annotated[float, Gt(0), Le(1)] = 0.5
     name = "threshold"
     always_run = False
 
@@ -184,17 +197,32 @@ class ThresholdPolicy:
 
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         """Compact when the input passes the trigger (or ``context.force``), recording what
-        was cut or dropped in the compaction ledger (unless ``ledger`` is ``None``)."""
-        if self.ledger is None:
-            return (yield from self._run(messages, context))
-        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
-                                          reserve=False))  # its target leaves the room
+        was cut or dropped in the compaction ledger (unless ``ledger`` is ``None``).
 
-    def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        Whether this pass rolls (appends a block after the frozen part) or consolidates is
+        decided first: a rolling pass keeps the earlier ledgers where they are and adds
+        one with the new entries; a consolidating pass merges them into one."""
+        rolling = self._rolling_plan(messages, context)
+
+        def planned(work: Sequence[Message], ctx: CompactionContext) -> PolicyRun:
+            return (yield from self._run(work, ctx, rolling))
+
+        if self.ledger is None:
+            return (yield from planned(messages, context))
+        # Its target leaves the ledger's room. A consolidated ledger takes half of it, so
+        # the rolling passes after it have room for their entries.
+        return (yield from run_with_ledger(
+            planned, messages, context, self.ledger, reserve=False,
+            frozen=rolling.stable if rolling is not None else 0,
+            share=0.5 if self.rolling else 1.0))
+
+    def _run(
+        self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
+    ) -> PolicyRun:
         before = context.input_tokens(messages)
         if not context.force and before <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages)
-        plan = self._plan(messages, context)
+        plan = rolling if rolling is not None else self._plan(messages, context)
         if not plan.chosen and not plan.dropped:
             return self._without_summary(messages, plan, context)
         request = SummaryRequest(
@@ -217,13 +245,63 @@ class ThresholdPolicy:
         levels.append(Level("drop_protected", 0, cut_protected=True, drop_protected=True))
         return levels
 
-    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> Plan:
-        """The least degraded plan that reaches the target, else fits the budget."""
+    def _margins(self, messages: Sequence[Message], context: CompactionContext) -> tuple[int, int]:
+        """(what the provider counts beyond our estimate, the summary's reserved room)."""
         estimate = context.measure(messages)
         offset = max(0, (context.known_tokens or 0) - estimate)
         if context.force:  # the provider said the input overflowed: it is at least the budget
             offset = max(offset, context.budget.input_budget + 1 - estimate)
-        reserve = self._reserve(context)
+        return offset, self._reserve(context)
+
+    def _rolling_plan(self, messages: Sequence[Message], context: CompactionContext
+                      ) -> Plan | None:
+        """The plan of a rolling pass, or ``None`` when this pass consolidates (or does
+        not compact).
+
+        A rolling plan compacts only what follows the frozen part, relaxing the recency
+        protection as the full plan does. The frozen part (what earlier passes left after
+        the first user message) rides on top of what a full compaction could reach (the
+        target, or the system prompt, the first request and the newest group with a
+        summary when those alone pass it), up to ``rolling_share`` of the target: a plan is
+        taken when it lands within that and under the trigger, its summary reckoned at the
+        size of the last block's (a block summarizes one span, not the conversation). Past
+        that share, when
+        the ledgers have no room for another block's entries, or when no plan lands within
+        it, the pass consolidates."""
+        budget = context.budget
+        if not self.rolling or (not context.force
+                                and context.input_tokens(messages) <= budget.trigger_tokens):
+            return None
+        stable = frozen_prefix(messages)
+        if not stable:
+            return None
+        first = next((i for i, m in enumerate(messages) if m.role == "user"), 0)
+        count = context.counter.count_message
+        frozen = sum(map(count, messages[first + 1: stable]))
+        if frozen > self.rolling_share * budget.target_tokens:
+            return None  # the blocks have had their share: consolidate
+        blocks = messages[first + 1: stable]
+        if self.ledger is not None:
+            ledgers = [count(m) for m in blocks if m.source == LEDGER_SOURCE]
+            if ledgers and sum(ledgers) + ledgers[-1] > self.ledger.room(context):
+                return None  # no room for another block's entries: merge (least used shed)
+        offset, reserve = self._margins(messages, context)
+        essential = [*messages[:first + 1], *split_groups(messages, stable)[-1].messages]
+        reachable = max(budget.target_tokens, context.measure(essential) + offset + reserve)
+        summaries = [count(m) for m in blocks if m.source == "summary"]
+        if summaries:  # a new block's summary, at the size the last one came to
+            reserve = min(reserve, max(self._notice_tokens(context), summaries[-1] * 5 // 4))
+        ceiling = min(reachable + frozen, budget.trigger_tokens)
+        for level in self._levels()[: self.protect_recent + 1]:
+            plan = self._plan_at(level, messages, context, offset, reserve, stable=stable)
+            if (plan.chosen or plan.dropped) and (context.measure(plan.kept()) + offset
+                                                  + reserve <= ceiling):
+                return plan
+        return None
+
+    def _plan(self, messages: Sequence[Message], context: CompactionContext) -> Plan:
+        """The least degraded plan that reaches the target, else fits the budget."""
+        offset, reserve = self._margins(messages, context)
         target, limit = context.budget.target_tokens, context.budget.input_budget
         tried: list[tuple[Plan, int]] = []
         for level in self._levels():
@@ -241,15 +319,19 @@ class ThresholdPolicy:
 
     def _plan_at(
         self, level: Level, messages: Sequence[Message], context: CompactionContext,
-        offset: int, reserve: int,
+        offset: int, reserve: int, stable: int = 0,
     ) -> Plan:
-        frozen, anchored = protected_at(messages, level)
+        frozen, anchored = protected_at(messages, level, stable)
         work, strip_targets = (
             strip_images(messages, context, keep=frozen) if self.strip_images else (messages, ())
         )
         plan = Plan(work=work, strip_targets=strip_targets, frozen=frozen, anchored=anchored,
-                     offset=offset, reserve=reserve, level=level.name)
+                    offset=offset, reserve=reserve,
+                    level=f"rolling, {level.name}" if stable else level.name,
+                    stable=stable, rolling=self.rolling)
         projected = context.measure(work) + offset + reserve
+        if self.rolling and not stable:  # consolidating: the earlier blocks fold into one
+            projected -= fold_blocks(plan, context)
         saved = self._select(plan, context, projected - context.budget.target_tokens)
         excess = projected - saved - context.budget.target_tokens
         if excess > 0:
@@ -269,7 +351,8 @@ class ThresholdPolicy:
                 break
             order = [
                 i for i, m in enumerate(plan.work)
-                if m.role == role and i not in plan.frozen and self._eligible(m)
+                if m.role == role and i not in plan.frozen and i not in plan.dropped
+                and self._eligible(m)
             ]
             if role == "tool":  # largest first; oldest first among equals
                 order.sort(key=lambda i: -count(plan.work[i]))
@@ -326,11 +409,14 @@ class ThresholdPolicy:
     def _reserve(self, context: CompactionContext) -> int:
         """Tokens the summary message will take, at its size hint (never less than the
         notice's)."""
-        note = dropped_note("ctx_" + "0" * 12, 999, context)
-        wrapper = Message(role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{self.nudge}",
-                          source="summary")
-        summary = context.counter.count_message(wrapper) + self._summary_tokens(context)
+        summary = self._wrapper_tokens(context) + self._summary_tokens(context)
         return max(summary, self._notice_tokens(context))
+
+    def _wrapper_tokens(self, context: CompactionContext) -> int:
+        """Tokens of the summary message around the summary's text."""
+        note = dropped_note("ctx_" + "0" * 12, 999, context)
+        return context.counter.count_message(Message(
+            role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{self.nudge}", source="summary"))
 
     def _notice_tokens(self, context: CompactionContext) -> int:
         note = dropped_note("ctx_" + "0" * 12, 999, context)
@@ -339,8 +425,10 @@ class ThresholdPolicy:
     def _request_tokens(self, plan: Plan, context: CompactionContext) -> int:
         """The summary's size hint: its reserved room, or what the plan left under the
         target when that is more (dropping whole groups overshoots), up to
-        ``summary_max_tokens``."""
+        ``summary_max_tokens``; a rolling block's, the room its plan reserved."""
         hint = self._summary_tokens(context)
+        if plan.stable:
+            return max(1, min(hint, plan.reserve - self._wrapper_tokens(context)))
         wrapper = max(0, plan.reserve - hint)
         left = (context.budget.target_tokens - plan.offset - context.measure(plan.kept())
                 - wrapper)
@@ -383,7 +471,7 @@ class ThresholdPolicy:
         if reply.text is not None:
             def fits(text: str) -> bool:
                 message = self._summary_message(text, context, plan.note)
-                return context.measure(insert_summary(kept, message)) <= ceiling
+                return context.measure(plan.place(kept, message)) <= ceiling
             text = fit_sections(reply.text, fits)
             if text is not None:
                 summary = self._summary_message(text, context, plan.note)
@@ -391,10 +479,10 @@ class ThresholdPolicy:
                     notes.append("threshold: summary cut to fit the budget")
         if summary is None:  # the first notice that fits, the short one last
             for summary in self._notices(plan, context):
-                if context.measure(insert_summary(kept, summary)) <= limit:
+                if context.measure(plan.place(kept, summary)) <= limit:
                     break
         assert summary is not None
-        out = insert_summary(kept, summary)
+        out = plan.place(kept, summary)
         if context.measure(out) > limit:
             return self._no_room(messages, plan, out, context)
         used = "notice" if summary.metadata.get("compaction") == "notice" else "summary"
@@ -463,19 +551,33 @@ class Plan:
     dropped: set[int] = field(default_factory=set)
     passes: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    stable: int = 0  # work[:stable] is frozen (rolling): left byte-identical
+    rolling: bool = False  # the summary goes where the next rolling pass can freeze it
 
     def kept(self) -> list[Message]:
         """The messages sent, without the summary."""
         return [self.chosen.get(i, m) for i, m in enumerate(self.work) if i not in self.dropped]
 
+    def place(self, kept: list[Message], summary: Message) -> list[Message]:
+        """``kept`` with the summary where it goes: right after what was cut or dropped
+        (rolling: :func:`~contextfold._policies.rolling.block_position`), else where
+        :func:`insert_summary` puts it."""
+        if not self.rolling:
+            return insert_summary(kept, summary)
+        changed = {*self.chosen, *self.dropped, *(t.index for t in self.strip_targets)}
+        at = block_position(self.work, changed, self.stable)
+        k = at - sum(1 for i in self.dropped if i < at)
+        return [*kept[:k], summary, *kept[k:]]
+
 def protected_at(
-    work: Sequence[Message], level: Level
+    work: Sequence[Message], level: Level, stable: int = 0
 ) -> tuple[frozenset[int], frozenset[int]]:
     """(never truncated, never dropped) at ``level``: system messages, the first user
     message, the last ``level.recent`` of each role, errors and pinned messages unless the
-    level cuts or drops them; the newest group is never dropped, and at ``recent`` 0 its
-    last message of each role is never truncated."""
-    frozen: set[int] = set()
+    level cuts or drops them, and the frozen part of a rolling pass (``work[:stable]``);
+    the newest group is never dropped, and at ``recent`` 0 its last message of each role is
+    never truncated."""
+    frozen: set[int] = set(range(stable))
     important: set[int] = set()
     seen = {"tool": 0, "assistant": 0, "user": 0}
     first_user = None
@@ -536,6 +638,7 @@ def plan_details(
         "passes": dict(plan.passes),
         "dropped": len(plan.dropped),
         "degradation": plan.level,
+        "rolling": {"frozen_messages": plan.stable} if plan.stable else False,
         "summary_kind": summary,
         "summary_origin": origin,
     }
@@ -546,7 +649,7 @@ def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
     count = context.counter.count_message
     saved = 0
     groups = [g for g in split_groups(plan.work)
-              if not any(i in plan.anchored for i in range(g.start, g.end))]
+              if not any(i in plan.anchored or i in plan.dropped for i in range(g.start, g.end))]
     groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
     for group in groups:
         if saved >= need:
@@ -554,6 +657,23 @@ def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
         indices = range(group.start, group.end)
         saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
         plan.dropped.update(indices)
+    note_dropped(plan, context)
+
+
+def fold_blocks(plan: Plan, context: CompactionContext) -> int:
+    """Drop the summaries earlier passes wrote (outside the newest group), so that a
+    consolidating pass summarizes them again into one; the tokens this saves."""
+    groups = split_groups(plan.work)
+    newest = groups[-1].start if groups else len(plan.work)
+    blocks = [i for i in range(newest) if is_block(plan.work[i])
+              and plan.work[i].source == "summary" and not plan.work[i].is_pinned]
+    plan.dropped.update(blocks)
+    note_dropped(plan, context)
+    return sum(context.counter.count_message(plan.work[i]) for i in blocks)
+
+
+def note_dropped(plan: Plan, context: CompactionContext) -> None:
+    """The summary's line naming the handle of everything the plan dropped."""
     if plan.dropped:
         span = handle_for(plan.work[i] for i in sorted(plan.dropped))
         plan.note = dropped_note(span, len(plan.dropped), context)
@@ -581,7 +701,7 @@ def cut_to_fit(
                  last: Message = last) -> bool:
             if room:
                 return context.measure(candidate) + room <= top
-            return context.measure(insert_summary(list(candidate), last)) <= top
+            return context.measure(plan.place(list(candidate), last)) <= top
         if squeeze(out, spots, originals, fits, shape, context):
             for k in spots:
                 if out[k] is not plan.work[kept[k]]:
@@ -590,7 +710,7 @@ def cut_to_fit(
     floor = list(out)
     for k, original in zip(spots, originals, strict=True):
         floor[k] = shrink_message(original, shape, max_chars=0)
-    return insert_summary(floor, notice)
+    return plan.place(floor, notice)
 
 def plan_originals(plan: Plan) -> tuple[Message, ...]:
     """The full text of every target and dropped message, in order, after the first user
