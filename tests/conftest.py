@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -30,6 +31,16 @@ TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces")
 sys.path.insert(0, os.path.dirname(__file__))
 # The real HTTP clients must reach only the loopback server, never a proxy.
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+
+
+@pytest.fixture(autouse=True)
+def _prepared_compactions_end_with_their_test() -> Iterator[None]:
+    """Compactions prepared ahead in background threads finish before the next test starts,
+    so no test runs beside another's leftovers."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "contextfold-prepare":
+            thread.join(timeout=30)
 
 
 @pytest.fixture(scope="session")

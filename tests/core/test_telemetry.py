@@ -3,6 +3,8 @@ in-memory exporter and metric reader."""
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import StatusCode
 
 import contextfold as cf
@@ -26,11 +29,30 @@ _EXPORTER = InMemorySpanExporter()
 _READER = InMemoryMetricReader()
 
 
+class _OwnRandomIds(IdGenerator):
+    """Span and trace ids from a generator of its own. The SDK's default draws them from
+    the global ``random`` module, and the provider outlives this module: a compaction
+    prepared in a background thread during a later property test would then move the global
+    random state while Hypothesis generates data (which it reports as a flaky strategy)."""
+
+    def __init__(self) -> None:
+        self._random = random.Random()
+        self._lock = threading.Lock()
+
+    def generate_span_id(self) -> int:
+        with self._lock:
+            return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        with self._lock:
+            return self._random.getrandbits(128) or 1
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _providers() -> None:
     # The global providers can be set once per process; later tests only clear the exporter.
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
+        provider = TracerProvider(id_generator=_OwnRandomIds())
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
         metrics.set_meter_provider(MeterProvider(metric_readers=[_READER]))
