@@ -39,7 +39,7 @@ from .._policies.contract import (
     PolicyRun,
     Target,
 )
-from .._summaries.identifiers import identifiers_of
+from .._summaries.identifiers import extract_identifiers, field_values, identifiers_of
 from ..errors import BudgetExceededError
 from .references import handle_for
 
@@ -329,7 +329,7 @@ def _new_entries(
                 j = results.get(call.id)
                 found = identifiers_of(messages[j])[: ledger.identifiers] if j is not None \
                     else ()
-                text = f"{call.name}({_short(call.arguments, 80)})"
+                text = _call_text(call.name, call.arguments, ledger)
                 if found:
                     text += " -> " + ", ".join(found)
                 out.append(_Entry(f"call:{call.name}:{call.arguments}", text,
@@ -438,6 +438,20 @@ def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = N
         groups = split_groups(out, leading_system_count(out))
         at = groups[-1].start if groups else len(out)
     return [*out[:at], ledger, *out[at:]]
+
+
+def _call_text(name: str, arguments: str, ledger: Ledger) -> str:
+    """``name(arguments)``; arguments too long for a line give their identifiers instead
+    (the ids, names and dates a call acted on are what a later step needs again)."""
+    short = _short(arguments, 80)
+    if not short.endswith("\u2026"):
+        return f"{name}({short})"
+    values = list(dict.fromkeys([*field_values(arguments), *extract_identifiers(arguments)]))
+    if not values:
+        return f"{name}({short})"
+    kept = values[: ledger.identifiers * 2]
+    more = ", \u2026" if len(values) > len(kept) else ""
+    return f"{name}({', '.join(kept)}{more})"
 
 
 def _decisions(text: str, limit: int) -> list[str]:

@@ -94,6 +94,7 @@ __all__ = [
     "COMPACTION_NOTICE",
     "CONTINUATION_NUDGE",
     "SHORT_NOTICE",
+    "SHORT_NUDGE",
     "SUMMARY_HEADER",
     "THRESHOLD_INSTRUCTIONS",
     "ThresholdPolicy",
@@ -137,10 +138,19 @@ SHORT_NOTICE = (
     "[Older messages dropped to fit. Continue; do NOT finish before ALL steps are done.]"
 )
 
+SHORT_NUDGE = "[Context compacted. Continue; do NOT finish before ALL steps are done.]"
+
+"""The nudge of a summary on a budget too tight for :data:`CONTINUATION_NUDGE`: the nudge's
+two points (continue; no final output before the end)."""
+
 """The last resort, when not even the threshold design's notice fits beside the messages kept: what
 happened and the nudge's two points (continue; no final output before the end)."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
+
+SHORT_SUMMARY_TOKENS = 64
+"""The room of a short summary (TASK, a few DATA values), tried before the notice when the
+summary's full room does not fit."""
 
 @dataclass(frozen=True)
 class ThresholdPolicy:
@@ -160,6 +170,8 @@ class ThresholdPolicy:
         nudge: the text after the summary.
         notice: the message used when the summary failed.
         short_notice: the notice used when not even ``notice`` fits (tiny budgets).
+        short_nudge: the nudge of a summary that does not fit with ``nudge`` (tight
+            budgets): a short summary is tried before any notice.
         ledger: the compaction ledger's settings; ``None`` keeps no ledger.
         rolling: cache-stable compaction: each pass freezes what earlier passes wrote (up to
             the last summary block), compacts only what came after it and appends its own
@@ -184,6 +196,7 @@ class ThresholdPolicy:
     nudge: Annotated[str, NonBlank] = CONTINUATION_NUDGE
     notice: Annotated[str, NonBlank] = COMPACTION_NOTICE
     short_notice: Annotated[str, NonBlank] = SHORT_NOTICE
+    short_nudge: Annotated[str, NonBlank] = SHORT_NUDGE
     ledger: Ledger | None = field(default_factory=Ledger)
     rolling: bool = True
     rolling_share: Annotated[float, Gt(0), Le(1)] = 0.5
@@ -288,9 +301,11 @@ class ThresholdPolicy:
         offset, reserve = self._margins(messages, context)
         essential = [*messages[:first + 1], *split_groups(messages, stable)[-1].messages]
         reachable = max(budget.target_tokens, context.measure(essential) + offset + reserve)
-        summaries = [count(m) for m in blocks if m.source == "summary"]
+        summaries = [count(m) for m in blocks if m.metadata.get("compaction") == "threshold"]
         if summaries:  # a new block's summary, at the size the last one came to
-            reserve = min(reserve, max(self._notice_tokens(context), summaries[-1] * 5 // 4))
+            short = self._wrapper_tokens(context, short=True) + SHORT_SUMMARY_TOKENS
+            reserve = min(reserve, max(short, self._notice_tokens(context),
+                                       summaries[-1] * 5 // 4))
         ceiling = min(reachable + frozen, budget.trigger_tokens)
         for level in self._levels()[: self.protect_recent + 1]:
             plan = self._plan_at(level, messages, context, offset, reserve, stable=stable)
@@ -310,8 +325,11 @@ class ThresholdPolicy:
             if size + offset + reserve <= target:
                 return plan
             tried.append((plan, size))
+        # None reaches the target: the least degraded that fits with the summary's room, else
+        # with a short summary's (its TASK and DATA lines keep more than the notice).
+        short = self._wrapper_tokens(context, short=True) + SHORT_SUMMARY_TOKENS
         notice = self._notice_tokens(context)
-        for room in (reserve, notice):  # no step reaches the target: the least degraded fit
+        for room in (reserve, short, notice):
             for plan, size in tried:
                 if size + room <= limit:
                     return plan
@@ -412,11 +430,13 @@ class ThresholdPolicy:
         summary = self._wrapper_tokens(context) + self._summary_tokens(context)
         return max(summary, self._notice_tokens(context))
 
-    def _wrapper_tokens(self, context: CompactionContext) -> int:
-        """Tokens of the summary message around the summary's text."""
+    def _wrapper_tokens(self, context: CompactionContext, *, short: bool = False) -> int:
+        """Tokens of the summary message around the summary's text (``short``: with the
+        short nudge and the dropped messages' handle alone)."""
         note = dropped_note("ctx_" + "0" * 12, 999, context)
+        note, nudge = (fallback_notes(note)[1], self.short_nudge) if short else (note, self.nudge)
         return context.counter.count_message(Message(
-            role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{self.nudge}", source="summary"))
+            role="user", content=f"{SUMMARY_HEADER}\n\n{note}\n\n{nudge}", source="summary"))
 
     def _notice_tokens(self, context: CompactionContext) -> int:
         note = dropped_note("ctx_" + "0" * 12, 999, context)
@@ -469,14 +489,21 @@ class ThresholdPolicy:
         notes: list[str] = []
         summary: Message | None = None
         if reply.text is not None:
-            def fits(text: str) -> bool:
-                message = self._summary_message(text, context, plan.note)
-                return context.measure(plan.place(kept, message)) <= ceiling
-            text = fit_sections(reply.text, fits)
-            if text is not None:
-                summary = self._summary_message(text, context, plan.note)
-                if text != reply.text:
-                    notes.append("threshold: summary cut to fit the budget")
+            # The summary with the nudge and the dropped note, else (tight budgets) with the
+            # short nudge and the handle alone: a summary keeps more than any notice.
+            for nudge, note in ((self.nudge, plan.note),
+                                (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
+                def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
+                    message = summary_message(text, context, nudge=nudge, notice=self.notice,
+                                              note=note)
+                    return context.measure(plan.place(kept, message)) <= ceiling
+                text = fit_sections(reply.text, fits)
+                if text is not None:
+                    summary = summary_message(text, context, nudge=nudge, notice=self.notice,
+                                              note=note)
+                    if text != reply.text or nudge != self.nudge:
+                        notes.append("threshold: summary cut to fit the budget")
+                    break
         if summary is None:  # the first notice that fits, the short one last
             for summary in self._notices(plan, context):
                 if context.measure(plan.place(kept, summary)) <= limit:

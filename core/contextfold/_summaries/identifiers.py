@@ -183,6 +183,9 @@ _IDENTIFYING_FIELD = re.compile(
     r"(?:^|_)(?:id|ids|name|code|number|email|city|airport|origin|destination|type|cabin"
     r"|method|date|sku|ref|reference)$", re.IGNORECASE)
 _FIELD_VALUES = 200  # at most this many values from one record
+# A code as records hold them, whatever its field: 5 to 12 capitals and digits with a
+# capital ("SDZQKO" in a list of reservations); shorter ones are words as often as codes.
+_CODE = re.compile(r"(?=[0-9]*[A-Z])[A-Z0-9]{5,12}")
 # A quick look for such a key before parsing: most records have none.
 _IDENTIFYING_KEY = re.compile(
     r'"(?:[^"\\]*_)?(?:id|ids|name|code|number|email|city|airport|origin|destination|type'
@@ -209,12 +212,18 @@ def field_values(text: str) -> list[str]:
             for key, value in item.items():
                 if isinstance(value, str):
                     value = value.strip()
-                    if 2 <= len(value) <= 64 and _IDENTIFYING_FIELD.search(str(key)):
+                    if 2 <= len(value) <= 64 and (_IDENTIFYING_FIELD.search(str(key))
+                                                  or _CODE.fullmatch(value)):
                         out.append(value)
                 elif isinstance(value, (dict, list)):
                     stack.append(value)
         elif isinstance(item, list):
-            stack.extend(reversed(item))
+            for value in reversed(item):
+                if isinstance(value, str):
+                    if _CODE.fullmatch(value.strip()):
+                        out.append(value.strip())
+                else:
+                    stack.append(value)
     return out
 
 
