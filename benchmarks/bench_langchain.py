@@ -19,6 +19,7 @@ process. Run it with ``python benchmarks/run.py langchain [--quick]``.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -54,9 +55,11 @@ def lookup(query: str) -> str:
 
 
 def state_history(n: int) -> list[BaseMessage]:
-    """``n`` LangChain messages: a task, then tool steps (no system message: it is the
-    agent's ``system_prompt``)."""
-    core = generate_history(7, turns=1, tools_per_turn=n // 2, tool_chars=400, system=False)
+    """``n`` LangChain messages (``n`` even): a task, tool steps and the answer, a valid
+    thread as a checkpoint holds it (no system message: it is the agent's
+    ``system_prompt``)."""
+    core = generate_history(7, turns=1, tools_per_turn=(n - 2) // 2, tool_chars=400,
+                            system=False)
     return from_core(core[:n])
 
 
@@ -79,8 +82,11 @@ def request_for(messages: list[BaseMessage], model: Any) -> ModelRequest:
 
 def measure(call: Callable[[list[BaseMessage]], Any], base: list[BaseMessage],
             calls: int) -> dict[str, float]:
-    """Time the first call on ``base`` and ``calls`` more, each one step longer."""
+    """Time the first call on ``base`` and ``calls`` more, each one step longer. The
+    garbage of building the inputs is collected first, so its collection is not charged
+    to whichever contender runs first."""
     messages = list(base)
+    gc.collect()
     started = time.perf_counter()
     call(messages)
     first = time.perf_counter() - started

@@ -8,6 +8,15 @@ Counts are cached on each (immutable) message per counter, and each counter reme
 running sums of the last sequences it counted: recounting an unchanged long history, or
 one that only grew at the end, is an identity check of the known prefix plus the count
 of the new messages.
+
+Bounds: a message nothing has counted yet need not be tokenized to know it fits.
+:func:`token_bound` is a cheap upper bound of a message's count (its cached count when it
+has one): for tiktoken's byte-level BPE encodings every token covers at least one byte of
+UTF-8, so a text's count is at most its byte length (scaled like the count for an
+:class:`ApproximateCounter`); an :class:`EstimatingCounter` is cheap, so its bound is its
+count, and so is that of any other counter (no bound is known for it).
+:func:`count_within` uses them to decide whether a history fits a limit while
+tokenizing only as much of it, newest first, as the decision needs.
 """
 
 from __future__ import annotations
@@ -42,8 +51,10 @@ __all__ = [
     "EstimatingCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "count_within",
     "counter_for_model",
     "encoding_for_model",
+    "token_bound",
 ]
 
 logger = logging.getLogger("contextfold")
@@ -166,9 +177,14 @@ class _BaseCounter:
         return n
 
     def _count_uncached(self, message: Message) -> int:
+        return self._count_with(message, self.count_text)
+
+    def _count_with(self, message: Message, text: Callable[[str], int]) -> int:
+        """The message arithmetic with ``text`` counting each content text (the exact
+        ``count_text``, or a bound of it)."""
         texts, images = content_texts(message)
         n = TOKENS_PER_MESSAGE + self._count_label(message.role) + images
-        n += sum(map(self.count_text, texts))
+        n += sum(map(text, texts))
         if message.name:
             n += TOKENS_PER_NAME + self._count_label(message.name)
         for call in message.tool_calls:
@@ -178,6 +194,11 @@ class _BaseCounter:
     def count_message(self, message: Message) -> int:
         """Tokens of one message, overhead included; cached on the message per counter."""
         return message.derived("tokens:" + self.name, self._count_uncached)
+
+    def _text_bound(self) -> Callable[[str], int] | None:
+        """A cheap upper bound of :meth:`count_text`, or ``None`` when none is known (the
+        counter is then asked for the count itself)."""
+        return None
 
     def count_messages(self, messages: Sequence[Message]) -> int:
         """Tokens of a request: each message (cached) plus the reply priming.
@@ -359,6 +380,20 @@ class TiktokenCounter(_BaseCounter):
         """The count of a text from its tiktoken tokens (an approximation scales them)."""
         return tokens
 
+    def _text_bound(self) -> Callable[[str], int] | None:
+        """``_scaled`` of the text's UTF-8 length: every token of a tiktoken encoding covers
+        at least one byte, and ``_scaled`` never decreases. Only while counting is this
+        class's own (a subclass that counts otherwise gets no bound)."""
+        cls = type(self)
+        if (cls._tokens is not TiktokenCounter._tokens
+                or cls.count_text is not TiktokenCounter.count_text
+                or cls._scaled not in _MONOTONE_SCALES):
+            return None
+        if cls._scaled is TiktokenCounter._scaled:
+            return _utf8_length
+        scaled = self._scaled
+        return lambda text: scaled(_utf8_length(text))
+
 
 class EstimatingCounter(_BaseCounter):
     """Estimates tokens from characters. Conservative by default (the threshold design: 1.5
@@ -392,6 +427,117 @@ class ApproximateCounter(TiktokenCounter):
     def _scaled(self, tokens: int) -> int:
         """``ceil(factor * tiktoken count)``."""
         return math.ceil(tokens * self.factor)
+
+
+_MONOTONE_SCALES = (TiktokenCounter._scaled, ApproximateCounter._scaled)
+"""``_scaled`` implementations known never to decrease (so a bound of the tokens, scaled,
+bounds the count)."""
+
+
+def _utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, a lone surrogate as the 3 bytes of the U+FFFD that
+    tiktoken encodes in its place (a surrogate pair, which tiktoken joins into one 4-byte
+    character, counts 6: still an upper bound)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _bound_function(counter: TokenCounter) -> Callable[[Message], int] | None:
+    """The per-message bound of a counter of ours whose message arithmetic is its own."""
+    if not isinstance(counter, _BaseCounter):
+        return None
+    cls = type(counter)
+    if (cls.count_message is not _BaseCounter.count_message
+            or cls.count_messages is not _BaseCounter.count_messages
+            or cls._count_uncached is not _BaseCounter._count_uncached):
+        return None
+    text = counter._text_bound()
+    if text is None:
+        return None
+    general = counter._count_with
+    labels: dict[str, int] = {}  # this bound's own memo of the counter's label counts
+
+    def label(name: str) -> int:
+        n = labels.get(name)
+        if n is None:
+            n = labels[name] = counter._count_label(name)
+        return n
+
+    def bound(m: Message) -> int:
+        # The arithmetic of ``_count_with``, unrolled for the common plain-text message.
+        content = m.content
+        if content.__class__ is not str:
+            return general(m, text)
+        role = labels.get(m.role)
+        n = TOKENS_PER_MESSAGE + (label(m.role) if role is None else role) + text(content)
+        if m.reasoning:
+            n += text(m.reasoning)
+        for call in m.tool_calls:
+            n += TOKENS_PER_TOOL_CALL + label(call.name) + text(call.arguments)
+        if m.tool_call_id:
+            n += text(m.tool_call_id)
+        if m.name:
+            n += TOKENS_PER_NAME + label(m.name)
+        return n
+
+    return bound
+
+
+def token_bound(counter: TokenCounter, message: Message) -> int:
+    """An upper bound of ``counter.count_message(message)``, cheap: the cached count when
+    the message has one, else the bound of the module docstring (without tokenizing);
+    counters with no known bound are asked for the count."""
+    known = _cached_count(counter, message)
+    if known is not None:
+        return known
+    bound = _bound_function(counter)
+    return counter.count_message(message) if bound is None else bound(message)
+
+
+def _cached_count(counter: TokenCounter, message: Message) -> int | None:
+    memo: dict[str, Any] | None = message.__dict__.get("_derived")
+    if memo is None:
+        return None
+    value: int | None = memo.get("tokens:" + counter.name)
+    return value
+
+
+def count_within(
+    counter: TokenCounter, messages: Sequence[Message], limit: int
+) -> tuple[int, bool]:
+    """Whether ``messages`` fit ``limit`` tokens (reply priming included), tokenizing as
+    little as that takes: ``(figure, exact)``.
+
+    ``exact`` is True when ``figure`` is ``counter.count_messages(messages)``; otherwise
+    ``figure`` is an upper bound of that count, and the messages fit ``limit`` exactly when
+    ``figure <= limit`` (over it, the messages counted exactly are already over ``limit``
+    on their own). Messages are counted exactly, newest first, only while the bound is
+    over ``limit`` and what was counted exactly is not.
+    """
+    bound = _bound_function(counter)
+    if bound is None:
+        return counter.count_messages(messages), True
+    key = "tokens:" + counter.name
+    figures: list[int] = []
+    open_: list[int] = []  # positions whose figure is a bound
+    add, mark = figures.append, open_.append
+    for i, m in enumerate(messages):
+        memo: dict[str, Any] | None = m.__dict__.get("_derived")
+        if memo is not None and key in memo:
+            add(memo[key])
+        else:
+            mark(i)
+            add(bound(m))
+    total = REPLY_PRIMING + sum(figures)
+    counted = total - sum([figures[i] for i in open_])  # the exact part
+    count = counter.count_message
+    while open_ and total > limit >= counted:
+        i = open_.pop()
+        n = count(messages[i])
+        total += n - figures[i]
+        counted += n
+    return total, not open_
 
 
 _TRACES = "on the tau-bench airline and SWE-Gym OpenHands traces (3.5 MB of text)"

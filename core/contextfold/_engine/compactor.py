@@ -10,7 +10,14 @@ One call, in order:
    so provider prompt caches keep hitting). Over it, or forced, the policy runs on prefix
    plus new messages and compacts down to the target; the prefix is then left alone until
    the trigger is crossed again (hysteresis). Any other input (an edited or rewound history)
-   starts over from scratch.
+   starts over from scratch: under the trigger it goes out as it is (repaired in flight
+   when invalid) without running the policy, as an extension would, unless the policy
+   declares ``always_run``; the one-shot ``compact()`` always runs the policy.
+   The decision tokenizes only what it needs: messages nothing has counted yet are
+   bounded from their UTF-8 length (:func:`~contextfold._counting.counters.count_within`)
+   and counted exactly, newest first, only while the bound is over the trigger. A call
+   that sends what it did not count leaves the exact figures of its report to be counted
+   when first read (see :mod:`contextfold._engine.result`).
 2. **Prepare.** Check the input's types, repair the in-flight view of an invalid history
    (never the caller's list) and build the policy's :class:`~contextfold.policy.CompactionContext`.
 3. **Drive.** Run the policy's generator, answering its summary requests through the
@@ -46,7 +53,7 @@ from typing import Annotated, Any
 
 from .._config import Ge, check
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, _shared_prefix, counter_for_model
+from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
 from .._lossless.ledger import HandleMemo, with_handles
@@ -81,7 +88,7 @@ from .events import (
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
-from .result import CompactionReport, CompactionResult
+from .result import CompactionReport, CompactionResult, on_read
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -129,9 +136,9 @@ def compact(
         BudgetExceededError: even the protected minimum does not fit.
     """
     compactor = _one_shot(policy, budget, counter, summarizer, tools)
-    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
-    assert not isinstance(plan, CompactionResult)  # a fresh compactor has no prefix to extend
-    return compactor._run(plan)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now,
+                           passes=False)
+    return plan if isinstance(plan, CompactionResult) else compactor._run(plan)
 
 
 async def acompact(
@@ -148,9 +155,9 @@ async def acompact(
 ) -> CompactionResult:
     """The async form of :func:`compact`: summaries are awaited (``asummarize``)."""
     compactor = _one_shot(policy, budget, counter, summarizer, tools)
-    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
-    assert not isinstance(plan, CompactionResult)
-    return await compactor._arun(plan)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now,
+                           passes=False)
+    return plan if isinstance(plan, CompactionResult) else await compactor._arun(plan)
 
 
 def _one_shot(
@@ -339,9 +346,10 @@ class Compactor:
     def _plan(
         self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
         extra_tokens: int = 0, known_tokens: int | None = None, now: datetime | None = None,
-        complete: bool = True,
+        complete: bool = True, passes: bool = True,
     ) -> Plan | CompactionResult:
-        """Decide what this call works on; the result itself when the fast path applies."""
+        """Decide what this call works on; the result itself when a fast path applies (an
+        extension under the trigger; with ``passes``, a valid input under it)."""
         started = time.perf_counter()
         if force and self._stalled is not None:
             before, after = self._stalled
@@ -360,40 +368,152 @@ class Compactor:
             messages = _checked_input(messages)  # the caller's own list when it is one
             self._known, self._since = None, 0  # the reported usage was of another input
             new_tokens = None
-            estimate = self.counter.count_messages(messages) + fixed
+            # Exact only where the trigger needs it: a history under it by a bound is not
+            # tokenized (count_within).
+            figure, exact = count_within(self.counter, messages,
+                                         self.budget.trigger_tokens - fixed)
+            estimate = figure + fixed
             known = known_tokens
             size = len(messages)
         else:
             new_tokens = sum(map(self.counter.count_message, new))
-            # The counter's own total, not the sum of message counts: a counter need not
-            # be additive, and the fast path must fit by the same count as any output.
-            estimate = self.counter.count_messages([*prefix.out, *new]) + fixed
+            estimate, exact = self._extended(new, new_tokens, fixed)
             known = None if self._known is None else self._known + self._since + new_tokens
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
         needs = force or self._requested is not None or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, size, fixed, force, needs)
-        plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
-                    self._state.idle, now, complete=complete)
+        plan = Plan(messages=messages, new=new, new_tokens=new_tokens, estimate=estimate,
+                    exact=exact, force=force, needs=needs, fixed=fixed, tools=tools,
+                    known=known, started=started, was_idle=self._state.idle, now=now,
+                    complete=complete)
         if new is not None and not needs:
-            return self._append(plan, new, estimate)
+            return self._append(plan, new)
+        if new is None and not needs and passes and not self.policy.always_run:
+            passed = self._pass(plan)
+            if passed is not None:
+                return passed
         return plan
 
-    def _append(self, plan: Plan, new: list[Message], tokens: int) -> CompactionResult:
+    def _extended(self, new: list[Message], new_tokens: int, fixed: int) -> tuple[int, bool]:
+        """The estimate of the previous output plus ``new`` (and whether it is exact)."""
+        prefix = self._prefix
+        if prefix.out_exact:
+            # The counter's own total, not the sum of message counts: a counter need not
+            # be additive, and the fast path must fit by the same count as any output.
+            return self.counter.count_messages([*prefix.out, *new]) + fixed, True
+        # A bound (only counters whose totals are sums of message counts give one):
+        # tightened, newest first, only when it crosses the trigger.
+        if prefix.out_tokens + new_tokens + fixed <= self.budget.trigger_tokens:
+            return prefix.out_tokens + new_tokens + fixed, False
+        figure, exact = count_within(self.counter, [*prefix.out, *new],
+                                     self.budget.trigger_tokens - fixed)
+        return figure + fixed, exact
+
+    def _append(self, plan: Plan, new: list[Message]) -> CompactionResult:
         """The fast path: the previous output, untouched, plus the new messages."""
-        out = self._prefix.append(new, plan.new_tokens or 0)
-        self._since += plan.new_tokens or 0
-        report = CompactionReport(
-            tokens_before=tokens, tokens_after=tokens, messages_before=len(out),
-            messages_after=len(out), method="none",
+        previous = len(self._prefix.out)
+        out = self._prefix.append(new, plan.estimate - plan.fixed, plan.exact)
+        new_tokens = plan.new_tokens or 0
+        self._since += new_tokens
+        total = self._total(out, plan)
+
+        def details() -> dict[str, Any]:
+            tokens = total()
+            return {"known_tokens": plan.known, "incremental": True,
+                    "usage": self._usage(out, tokens, plan.fixed),
+                    "cached_prefix": {"messages": previous, "tokens": tokens - new_tokens,
+                                      "previous_messages": previous}}
+
+        return CompactionResult(messages=list(out), report=self._unchanged(
+            plan, len(out), total, details))
+
+    def _pass(self, plan: Plan) -> CompactionResult | None:
+        """A call that starts over under the trigger: the input (repaired in flight when
+        invalid) goes out without running the policy, as an extension under the trigger
+        does. ``None`` when a repaired view is still invalid or no longer fits: the
+        policy path then decides."""
+        messages: list[Message] = plan.messages  # type: ignore[assignment]  # a list: checked
+        view, repairs, valid = self._repaired(messages, plan)
+        if view is None:
+            return None
+        if view is not messages:  # the repaired view's own figure (its new messages)
+            figure, exact = count_within(self.counter, view,
+                                         self.budget.trigger_tokens - plan.fixed)
+            if figure + plan.fixed > self.budget.trigger_tokens:
+                return None
+            before = self._total(messages, plan)
+            plan = replace(plan, estimate=figure + plan.fixed, exact=exact)
+        total = self._total(view, plan)
+        if view is messages:
+            before = total
+        shared, previous = self._shared(view), len(self._prefix.out)
+        summary = self._service(self.counter).details()
+        learned = learned_in(self._state)
+        counter, fixed = self.counter, plan.fixed
+
+        def details() -> dict[str, Any]:
+            return {
+                "summary": summary,
+                "known_tokens": plan.known,
+                "incremental": False,
+                **({"learned": learned.as_dict()} if learned is not None else {}),
+                "usage": self._usage(view, total(), fixed),
+                "cached_prefix": {
+                    "messages": shared, "previous_messages": previous,
+                    "tokens": counter.count_messages(view[:shared]) + fixed if shared else 0,
+                },
+            }
+
+        report = self._unchanged(plan, len(view), total, details, before=before,
+                                 messages_before=len(messages), repairs=repairs)
+        self._prefix.remember(messages, view, fixed, counter,
+                              tokens=plan.estimate - fixed, exact=plan.exact, valid=valid)
+        if repairs and self._listeners:  # the event's figure is counted for listeners only
+            self._emit(CompactionApplied(self.conversation_id, report, report.tokens_saved, 0,
+                                         False, report.duration))
+        return CompactionResult(messages=view, report=report)
+
+    def _repaired(
+        self, messages: list[Message], plan: Plan
+    ) -> tuple[list[Message] | None, tuple[str, ...], bool]:
+        """The view to send (``messages`` itself when valid), its repair notes and whether
+        it is valid; ``None`` for a view a repair cannot make sendable."""
+        if not validate(messages):
+            return messages, (), True
+        view, notes = repair(messages)
+        problems = validate(view)
+        if problems and plan.complete:
+            return None, (), False
+        if any(p.code not in APPENDABLE for p in problems):
+            return None, (), False
+        return view, tuple(notes), not problems
+
+    def _total(self, out: Sequence[Message], plan: Plan) -> Callable[[], int]:
+        """The exact tokens of ``out`` plus the fixed parts: the plan's estimate when that
+        is exact, else a count (cheap once made: counts are cached on the messages)."""
+        if plan.exact:
+            return lambda: plan.estimate
+        counter, fixed = self.counter, plan.fixed
+        return lambda: counter.count_messages(out) + fixed
+
+    def _unchanged(
+        self, plan: Plan, n: int, total: Callable[[], int],
+        details: Callable[[], dict[str, Any]], *, before: Callable[[], int] | None = None,
+        messages_before: int | None = None, repairs: tuple[str, ...] = (),
+    ) -> CompactionReport:
+        """The report of a call that sends its input without running the policy (repaired
+        when ``repairs``); its token figures are counted when first read when the call
+        decided from a bound."""
+        before = before or total
+        return CompactionReport(
+            tokens_before=plan.estimate if plan.exact and before is total else on_read(before),
+            tokens_after=plan.estimate if plan.exact else on_read(total),
+            messages_before=n if messages_before is None else messages_before,
+            messages_after=n, method="none", repairs=repairs,
             duration=time.perf_counter() - plan.started,
-            details={"known_tokens": plan.known, "incremental": True,
-                     "usage": self._usage(out, tokens, plan.fixed),
-                     "cached_prefix": {"messages": len(self._prefix.out) - len(new),
-                                       "tokens": tokens - (plan.new_tokens or 0),
-                                       "previous_messages": len(self._prefix.out) - len(new)}},
+            details=details() if plan.exact else on_read(details),
         )
-        return CompactionResult(messages=list(out), report=report)
 
     # -- 2-4. prepare, drive, finish ------------------------------------------------
 
@@ -550,7 +670,7 @@ class Compactor:
             },
         )
         changed = out is not view or bool(repairs)
-        self._remember(plan, messages, changed)
+        self._remember(plan, messages, tokens_after, changed)
         if plan.force:
             shrunk = report.tokens_after < report.tokens_before
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
@@ -563,10 +683,12 @@ class Compactor:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return CompactionResult(messages=messages, report=report)
 
-    def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
-        """Keep the output as the prefix for the next call."""
+    def _remember(
+        self, plan: Plan, out: Sequence[Message], tokens: int, changed: bool
+    ) -> None:
+        """Keep the output (``tokens`` with the fixed parts, exact) as the next prefix."""
         restarted = plan.messages if plan.new_tokens is None else None
-        self._prefix.remember(restarted, out, plan.fixed, self.counter)
+        self._prefix.remember(restarted, out, plan.fixed, self.counter, tokens=tokens - plan.fixed)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
         elif plan.new_tokens is not None:
@@ -578,12 +700,17 @@ class Compactor:
         """How much of the previous request this one repeats from its start (what a
         provider's prompt cache can reuse): messages, and their tokens with the tools and
         other fixed parts sent before them."""
+        k = self._shared(out)
+        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
+        return {"messages": k, "tokens": tokens, "previous_messages": len(self._prefix.out)}
+
+    def _shared(self, out: Sequence[Message]) -> int:
+        """How many leading messages of ``out`` repeat the previous request's."""
         previous = self._prefix.out
         k = _shared_prefix(previous, out)
         while k < min(len(previous), len(out)) and previous[k] == out[k]:
             k += 1  # an equal message is the same bytes on the wire
-        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
-        return {"messages": k, "tokens": tokens, "previous_messages": len(previous)}
+        return k
 
     def _keep_originals(
         self, view: Sequence[Message], targets: Sequence[Target]
