@@ -244,3 +244,18 @@ def test_one_shot_compact_always_runs_the_policy() -> None:
     result = cf.compact(generate_history(4, turns=3), policy=policy, budget=cf.Budget(10**9),
                         counter=EXACT)
     assert policy.runs == 1 and result.report.method == "none"
+
+
+def test_truncating_an_uncounted_history_counts_what_it_keeps() -> None:
+    history = generate_history(4, turns=60)
+    exact = EXACT.count_messages(fresh(history))
+    budget = cf.Budget(exact // 10)
+    result = cf.compact(history, policy=cf.TruncationPolicy(), budget=budget, counter=EXACT)
+    assert EXACT.count_messages(fresh(result.messages)) <= budget.input_budget
+    first_kept = history.index(result.messages[1])  # after the system prompt
+    assert not any(counted(EXACT, m) for m in history[1:first_kept // 2])
+    report = result.report  # read: exact
+    assert report.tokens_before == exact
+    assert report.tokens_after == EXACT.count_messages(fresh(result.messages))
+    for t in report.targets:
+        assert t.original_tokens == EXACT.count_message(fresh([history[t.index]])[0])

@@ -444,9 +444,18 @@ def _utf8_length(text: str) -> int:
 
 
 def _bound_function(counter: TokenCounter) -> Callable[[Message], int] | None:
-    """The per-message bound of a counter of ours whose message arithmetic is its own."""
+    """The per-message bound of a counter of ours whose message arithmetic is its own
+    (made once per counter)."""
     if not isinstance(counter, _BaseCounter):
         return None
+    made = counter.__dict__.get("_bound")
+    if made is None:
+        made = counter.__dict__["_bound"] = (_make_bound(counter),)
+    bound: Callable[[Message], int] | None = made[0]
+    return bound
+
+
+def _make_bound(counter: _BaseCounter) -> Callable[[Message], int] | None:
     cls = type(counter)
     if (cls.count_message is not _BaseCounter.count_message
             or cls.count_messages is not _BaseCounter.count_messages
@@ -519,16 +528,31 @@ def count_within(
     if bound is None:
         return counter.count_messages(messages), True
     key = "tokens:" + counter.name
+    last: tuple[tuple[Message, ...], list[int]] | None = counter.__dict__.get("_within")
     figures: list[int] = []
     open_: list[int] = []  # positions whose figure is a bound
     add, mark = figures.append, open_.append
-    for i, m in enumerate(messages):
-        memo: dict[str, Any] | None = m.__dict__.get("_derived")
-        if memo is not None and key in memo:
-            add(memo[key])
-        else:
-            mark(i)
-            add(bound(m))
+    if last is not None and len(last[0]) == len(messages) and (
+            _shared_prefix(last[0], messages) == len(messages)):
+        # The same messages as the last call (a policy checking what the driver just
+        # decided): their bounds again, and the counts made since.
+        for i, (m, figure) in enumerate(zip(messages, last[1], strict=True)):
+            memo: dict[str, Any] | None = m.__dict__.get("_derived")
+            if memo is not None and key in memo:
+                add(memo[key])
+            else:
+                mark(i)
+                add(figure)
+    else:
+        for i, m in enumerate(messages):
+            memo = m.__dict__.get("_derived")
+            if memo is not None and key in memo:
+                add(memo[key])
+            else:
+                mark(i)
+                add(bound(m))
+        if open_:  # worth remembering: a bound was needed
+            counter.__dict__["_within"] = (tuple(messages), list(figures))
     total = REPLY_PRIMING + sum(figures)
     counted = total - sum([figures[i] for i in open_])  # the exact part
     count = counter.count_message

@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 from typing import Annotated, Any
 
 from .._config import Ge, check
@@ -629,10 +630,15 @@ class Compactor:
             ), self.policy.name)
             out = outcome.messages
             tokens_after = context.measure(out)
-        tokens_before = context.measure(original)
+        before = _Once(lambda: plan.estimate if plan.exact else context.measure(original))
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
-        if out is not view and tokens_after > tokens_before and not plan.force and compacted:
+        if (out is not view and not plan.force and compacted
+                and not (not plan.exact and _kept_only(out, view))
+                and tokens_after > before()):
+            # (An output made only of the input's own messages cannot be larger than it
+            # under a counter whose totals are sums, the only kind that gives bounds: the
+            # input is not counted for this.)
             # A compaction never grows the context: when its summaries, labels and notices
             # cost more than what they replaced, the (repaired) input goes out as it is if
             # it fits, by the provider's figure too. A forced run (an overflow) never goes
@@ -640,15 +646,18 @@ class Compactor:
             kept = context.measure(view)
             if max(kept, plan.known or 0) <= self.budget.input_budget and not validate(view):
                 outcome = PolicyOutcome(messages=view, method="none", notes=(
-                    f"policy {outcome.method!r} would have grown the context ({tokens_before}"
+                    f"policy {outcome.method!r} would have grown the context ({before()}"
                     f" -> {tokens_after} tokens); the input was kept",))
                 out, tokens_after = view, kept
         messages = out if isinstance(out, list) else list(out)
         targets = outcome.targets
         if out is not view:  # everything left out gets a handle, whichever policy left it
             targets = with_handles(view, messages, targets, self.counter, self._handles)
+        originals = self._keep_originals(view, targets)
+        if not plan.exact:  # counted when read: the call did not need them
+            targets = on_read(partial(_counted_targets, targets, view, self.counter))
         report = CompactionReport(
-            tokens_before=tokens_before,
+            tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
             messages_before=len(original),
             messages_after=len(messages),
@@ -664,7 +673,7 @@ class Compactor:
                 "summary": service.details(),
                 "known_tokens": plan.known,
                 "incremental": plan.new_tokens is not None,
-                **self._keep_originals(view, targets),
+                **originals,
                 "usage": self._usage(messages, tokens_after, plan.fixed),
                 "cached_prefix": self._cached_prefix(messages, plan.fixed),
             },
@@ -674,7 +683,7 @@ class Compactor:
         if plan.force:
             shrunk = report.tokens_after < report.tokens_before
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
-        if changed:
+        if changed and self._listeners:  # the event's figures are read for listeners only
             self._emit(CompactionApplied(
                 self.conversation_id, report, report.tokens_saved, len(report.targets),
                 plan.force, report.duration,
@@ -764,6 +773,37 @@ class Compactor:
                 self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
                 force, needs,
             )
+
+
+class _Once:
+    """A value computed on the first call and kept."""
+
+    def __init__(self, compute: Callable[[], int]) -> None:
+        self._compute: Callable[[], int] | None = compute
+        self._value = 0
+
+    def __call__(self) -> int:
+        if self._compute is not None:
+            self._value, self._compute = self._compute(), None
+        return self._value
+
+
+def _kept_only(out: Sequence[Message], view: Sequence[Message]) -> bool:
+    """True when every message of ``out`` is one of ``view``'s own objects."""
+    present = set(map(id, view))
+    return all(id(m) in present for m in out)
+
+
+def _counted_targets(
+    targets: tuple[Target, ...], view: Sequence[Message], counter: TokenCounter
+) -> tuple[Target, ...]:
+    """``targets`` with the exact count of each original: a policy that decided from bounds
+    may have given a message nothing counted its bound."""
+    count = counter.count_message
+    return tuple(
+        t if not 0 <= t.index < len(view) or (n := count(view[t.index])) == t.original_tokens
+        else replace(t, original_tokens=n)
+        for t in targets)
 
 
 def _checked_input(messages: Sequence[Message]) -> list[Message]:

@@ -1,11 +1,12 @@
 """What a compaction returns: the messages and a report of what was done.
 
 A report's token figures are exact, and computed when first read when the call itself
-did not need them: a call that sends a long history nothing has counted yet (a resumed
-thread under the trigger) decides from cheap upper bounds
-(:func:`~contextfold._counting.counters.count_within`) and leaves the exact count of
-``tokens_before``, ``tokens_after`` and the ``details`` built from them to whoever reads
-them (the overflow retry does; an agent step that only sends does not).
+did not need them: a call on a long history nothing has counted yet (a resumed thread)
+decides from cheap upper bounds (:func:`~contextfold._counting.counters.count_within`)
+and tokenizes only what it sends or must weigh; the exact count of ``tokens_before``,
+``tokens_after``, the ``targets``' original sizes and the ``details`` built from them is
+left to whoever reads them (the overflow retry does; an agent step that only sends does
+not).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class _Later:
 
 def on_read(compute: Callable[[], T]) -> T:
     """A report figure computed by ``compute`` when first read (then kept), for the fields
-    of :class:`CompactionReport` that say so: ``tokens_before``, ``tokens_after`` and
-    ``details``."""
+    of :class:`CompactionReport` that say so: ``tokens_before``, ``tokens_after``,
+    ``targets`` and ``details``."""
     return cast(T, _Later(compute))
 
 
@@ -73,7 +74,8 @@ class CompactionReport:
     method: str
     """What the policy did (``"none"`` when nothing was needed)."""
     targets: tuple[Target, ...] = ()
-    """Each changed message with its original and new size."""
+    """Each changed message with its original and new size (exact; counted when first read
+    when the call decided from bounds, like ``tokens_before``)."""
     llm_calls: int = 0
     """Summarizer calls made (cache hits excluded)."""
     duration: float = 0.0
@@ -103,7 +105,7 @@ class CompactionReport:
         return self.method != "none" or bool(self.repairs)
 
 
-for _name in ("tokens_before", "tokens_after", "details"):
+for _name in ("tokens_before", "tokens_after", "targets", "details"):
     setattr(CompactionReport, _name, _ReadOnce(_name))
 
 

@@ -309,8 +309,12 @@ class Message:
         return f"Message({', '.join(shown)})"
 
 
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=False)
+"""``json.dumps(..., sort_keys=True, default=str, ensure_ascii=False)`` with one encoder."""
+
+
 def _fingerprint(message: Message) -> str:
-    payload = json.dumps(_canonical(message), sort_keys=True, default=str, ensure_ascii=False)
+    payload = _CANONICAL_JSON.encode(_canonical(message))
     # "surrogatepass": text from JSON may hold a lone surrogate (half of a broken emoji),
     # which strict UTF-8 refuses; the hash only needs the same bytes for the same text.
     return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
@@ -398,21 +402,21 @@ def _check_fields(m: Message) -> None:
 
 
 def _canonical(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in fields(message):
-        if not f.compare:
-            continue
-        value = getattr(message, f.name)
-        if f.name == "content" and not isinstance(value, str):
-            value = [_part_dict(p) for p in value]
-        elif f.name == "tool_calls":
-            value = [[c.id, c.name, c.arguments] for c in value]
-        elif f.name == "metadata":
-            value = dict(value)
-        elif isinstance(value, datetime):
-            value = value.isoformat()
-        out[f.name] = value
-    return out
+    """Every compared field (not ``id``) as JSON-ready values: the fingerprint's payload."""
+    d = message.__dict__
+    content, created = d["content"], d["created_at"]
+    return {
+        "role": d["role"],
+        "content": content if isinstance(content, str) else [_part_dict(p) for p in content],
+        "tool_calls": [[c.id, c.name, c.arguments] for c in d["tool_calls"]],
+        "tool_call_id": d["tool_call_id"],
+        "name": d["name"],
+        "reasoning": d["reasoning"],
+        "source": d["source"],
+        "sender_id": d["sender_id"],
+        "created_at": created.isoformat() if isinstance(created, datetime) else created,
+        "metadata": dict(d["metadata"]),
+    }
 
 
 def _part_dict(part: ContentPart) -> dict[str, Any]:
