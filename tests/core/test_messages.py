@@ -114,3 +114,15 @@ def test_fingerprints_keep_their_bytes(history: list[cf.Message]) -> None:
                      created_at=history[-1].created_at, sender_id="")
     for m in [*history, odd]:
         assert m.fingerprint == _reference_fingerprint(m)
+
+
+@given(histories(max_turns=3, max_tool_chars=300))
+def test_with_stable_id_is_replace_with_the_stable_id(history: list[cf.Message]) -> None:
+    from contextfold.integration import stable_id, with_stable_id
+
+    for position, m in enumerate(history):
+        made = with_stable_id(position, m)
+        expected = dataclasses.replace(m, id=stable_id(position, m))
+        assert made == expected and made.id == expected.id and made is not m
+        assert repr(made) == repr(expected) and made.fingerprint == expected.fingerprint
+        assert made.metadata == m.metadata and m.id != made.id or m.id == made.id

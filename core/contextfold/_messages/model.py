@@ -313,6 +313,21 @@ _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=Fal
 """``json.dumps(..., sort_keys=True, default=str, ensure_ascii=False)`` with one encoder."""
 
 
+def _with_id(message: Message, new_id: str) -> Message:
+    """``dataclasses.replace(message, id=new_id)`` without building the message again: the
+    id takes no part in equality or in anything derived from the content, so the copy
+    keeps the checked fields and the derived values (fingerprint, counts) as they are."""
+    if not isinstance(new_id, str) or not new_id:
+        raise ConversionError(f"id must be a non-empty string, got {new_id!r}", field="id")
+    copy = object.__new__(Message)
+    copy.__dict__.update(message.__dict__)
+    copy.__dict__["id"] = new_id
+    derived = message.__dict__.get("_derived")
+    if derived is not None:
+        copy.__dict__["_derived"] = dict(derived)
+    return copy
+
+
 def _fingerprint(message: Message) -> str:
     payload = _CANONICAL_JSON.encode(_canonical(message))
     # "surrogatepass": text from JSON may hold a lone surrogate (half of a broken emoji),
