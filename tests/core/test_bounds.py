@@ -9,6 +9,7 @@ sends the input without tokenizing it, and its report's figures are exact when r
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import tiktoken
@@ -259,3 +260,53 @@ def test_truncating_an_uncounted_history_counts_what_it_keeps() -> None:
     assert report.tokens_after == EXACT.count_messages(fresh(result.messages))
     for t in report.targets:
         assert t.original_tokens == EXACT.count_message(fresh([history[t.index]])[0])
+
+
+def test_originals_dropped_uncounted_are_readable_by_the_handles_the_report_gives() -> None:
+    from contextfold.stores import ReferenceCache, read_original
+
+    history = generate_history(5, turns=40)
+    references = ReferenceCache(capacity=10_000)
+    compactor = cf.Compactor(cf.TruncationPolicy(), cf.Budget(
+        EXACT.count_messages(fresh(history)) // 8), EXACT, references=references)
+    result = compactor.compact(history)
+    dropped = [t for t in result.report.targets if t.method == "dropped"]
+    assert dropped and all(t.handle for t in dropped)
+    for t in dropped[:: max(1, len(dropped) // 20)]:
+        text = history[t.index].text
+        if not text:
+            continue
+        read = read_original(compactor, None, t.handle, limit=20_000,
+                             pattern=re.escape(text.splitlines()[0][:60]))
+        assert "error" not in read, read
+        assert text.splitlines()[0][:60] in str(read["content"])
+
+
+def test_with_a_store_that_keeps_originals_they_are_kept_at_once() -> None:
+    history = generate_history(5, turns=40)
+    store = cf.MemoryStore()
+    compactor = cf.Compactor(cf.TruncationPolicy(), cf.Budget(
+        EXACT.count_messages(fresh(history)) // 8), EXACT, store=store, conversation_id="c")
+    result = compactor.compact(history)
+    kept_before_reading = dict(store._originals)  # what the call itself kept
+    handles = {t.handle for t in result.report.targets if t.method == "dropped"}
+    assert handles and all(("c", h) in kept_before_reading for h in handles)
+
+
+def test_what_a_report_counts_when_read_is_the_input_of_its_call() -> None:
+    history = generate_history(5, turns=40)
+    budget = cf.Budget(EXACT.count_messages(fresh(history)) // 8)
+    for policy in (cf.TruncationPolicy(), cf.ThresholdPolicy()):
+        messages = fresh(history)
+        expected = EXACT.count_messages(fresh(history))
+        result = cf.Compactor(policy, budget, EXACT).compact(messages)
+        sent = list(result.messages)
+        messages.append(cf.Message("user", "later " * 500))  # the caller's list changes
+        del messages[:5]
+        assert result.report.tokens_before == expected
+        assert result.report.tokens_after == EXACT.count_messages(fresh(sent))
+        assert {t.index for t in result.report.targets} <= set(range(len(history)))
+    below = fresh(history)
+    result = cf.Compactor(cf.ThresholdPolicy(), cf.Budget(10**9), EXACT).compact(below)
+    below.append(cf.Message("user", "later " * 500))
+    assert result.report.tokens_after == EXACT.count_messages(fresh(history))

@@ -55,6 +55,7 @@ __all__ = [
     "counter_for_model",
     "encoding_for_model",
     "token_bound",
+    "token_bounds",
 ]
 
 logger = logging.getLogger("contextfold")
@@ -512,21 +513,19 @@ def _cached_count(counter: TokenCounter, message: Message) -> int | None:
     return value
 
 
-def count_within(
-    counter: TokenCounter, messages: Sequence[Message], limit: int
-) -> tuple[int, bool]:
-    """Whether ``messages`` fit ``limit`` tokens (reply priming included), tokenizing as
-    little as that takes: ``(figure, exact)``.
-
-    ``exact`` is True when ``figure`` is ``counter.count_messages(messages)``; otherwise
-    ``figure`` is an upper bound of that count, and the messages fit ``limit`` exactly when
-    ``figure <= limit`` (over it, the messages counted exactly are already over ``limit``
-    on their own). Messages are counted exactly, newest first, only while the bound is
-    over ``limit`` and what was counted exactly is not.
-    """
+def token_bounds(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+    """:func:`token_bound` of each message (from the figures :func:`count_within` last
+    made for the same messages, when it did)."""
     bound = _bound_function(counter)
     if bound is None:
-        return counter.count_messages(messages), True
+        return [counter.count_message(m) for m in messages]
+    return _figures(counter, messages, bound)[0]
+
+
+def _figures(
+    counter: TokenCounter, messages: Sequence[Message], bound: Callable[[Message], int]
+) -> tuple[list[int], list[int]]:
+    """Each message's cached count or bound, and the positions that have a bound."""
     key = "tokens:" + counter.name
     last: tuple[tuple[Message, ...], list[int]] | None = counter.__dict__.get("_within")
     figures: list[int] = []
@@ -553,6 +552,25 @@ def count_within(
                 add(bound(m))
         if open_:  # worth remembering: a bound was needed
             counter.__dict__["_within"] = (tuple(messages), list(figures))
+    return figures, open_
+
+
+def count_within(
+    counter: TokenCounter, messages: Sequence[Message], limit: int
+) -> tuple[int, bool]:
+    """Whether ``messages`` fit ``limit`` tokens (reply priming included), tokenizing as
+    little as that takes: ``(figure, exact)``.
+
+    ``exact`` is True when ``figure`` is ``counter.count_messages(messages)``; otherwise
+    ``figure`` is an upper bound of that count, and the messages fit ``limit`` exactly when
+    ``figure <= limit`` (over it, the messages counted exactly are already over ``limit``
+    on their own). Messages are counted exactly, newest first, only while the bound is
+    over ``limit`` and what was counted exactly is not.
+    """
+    bound = _bound_function(counter)
+    if bound is None:
+        return counter.count_messages(messages), True
+    figures, open_ = _figures(counter, messages, bound)
     total = REPLY_PRIMING + sum(figures)
     counted = total - sum([figures[i] for i in open_])  # the exact part
     count = counter.count_message

@@ -50,7 +50,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar
 
 from .._config import Ge, check
 from .._counting.budget import Budget
@@ -58,7 +58,12 @@ from .._counting.counters import TokenCounter, _shared_prefix, count_within, cou
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
 from .._lossless.ledger import HandleMemo, with_handles
-from .._lossless.references import ReferenceCache, default_references, persist_originals
+from .._lossless.references import (
+    ReferenceCache,
+    _keeps_originals,
+    default_references,
+    persist_originals,
+)
 from .._messages.model import Message
 from .._messages.validation import repair, validate
 from .._policies.contract import (
@@ -102,6 +107,7 @@ _TAKEN_OUT = frozenset({"summarized", "dropped", "truncated", "cleared", "inputs
 """Target methods that take content out of view: a run with one of them is a compaction."""
 
 Tools = Sequence[Mapping[str, Any]]
+T = TypeVar("T")
 
 
 def compact(
@@ -443,14 +449,17 @@ class Compactor:
                                          self.budget.trigger_tokens - plan.fixed)
             if figure + plan.fixed > self.budget.trigger_tokens:
                 return None
-            before = self._total(messages, plan)
+            before = self._total(tuple(messages), plan)
             plan = replace(plan, estimate=figure + plan.fixed, exact=exact)
-        total = self._total(view, plan)
+        # What is counted when read is a snapshot: the caller may change its list later.
+        frozen: Sequence[Message] = view if plan.exact else tuple(view)
+        total = self._total(frozen, plan)
         if view is messages:
             before = total
         shared, previous = self._shared(view), len(self._prefix.out)
         summary = self._service(self.counter).details()
-        learned = learned_in(self._state)
+        known = learned_in(self._state)
+        learned = {"learned": known.as_dict()} if known is not None else {}
         counter, fixed = self.counter, plan.fixed
 
         def details() -> dict[str, Any]:
@@ -458,11 +467,11 @@ class Compactor:
                 "summary": summary,
                 "known_tokens": plan.known,
                 "incremental": False,
-                **({"learned": learned.as_dict()} if learned is not None else {}),
-                "usage": self._usage(view, total(), fixed),
+                **learned,
+                "usage": self._usage(frozen, total(), fixed),
                 "cached_prefix": {
                     "messages": shared, "previous_messages": previous,
-                    "tokens": counter.count_messages(view[:shared]) + fixed if shared else 0,
+                    "tokens": counter.count_messages(frozen[:shared]) + fixed if shared else 0,
                 },
             }
 
@@ -630,7 +639,9 @@ class Compactor:
             ), self.policy.name)
             out = outcome.messages
             tokens_after = context.measure(out)
-        before = _Once(lambda: plan.estimate if plan.exact else context.measure(original))
+        # What is counted when read is a snapshot: the caller may change its list later.
+        snapshot = original if plan.exact else tuple(original)
+        before = _Once(lambda: plan.estimate if plan.exact else context.measure(snapshot))
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
         if (out is not view and not plan.force and compacted
@@ -650,12 +661,27 @@ class Compactor:
                     f" -> {tokens_after} tokens); the input was kept",))
                 out, tokens_after = view, kept
         messages = out if isinstance(out, list) else list(out)
-        targets = outcome.targets
-        if out is not view:  # everything left out gets a handle, whichever policy left it
-            targets = with_handles(view, messages, targets, self.counter, self._handles)
-        originals = self._keep_originals(view, targets)
-        if not plan.exact:  # counted when read: the call did not need them
-            targets = on_read(partial(_counted_targets, targets, view, self.counter))
+        figures = {
+            "summary": service.details(),
+            "known_tokens": plan.known,
+            "incremental": plan.new_tokens is not None,
+        }
+        usage = self._usage(messages, tokens_after, plan.fixed)
+        cached = self._cached_prefix(messages, plan.fixed)
+        targets: tuple[Target, ...]
+        details: dict[str, Any]
+        if not plan.exact and out is not view and not _keeps_originals(
+                self.store, self.conversation_id):
+            targets, details = self._handled_later(view, messages, outcome, figures, usage,
+                                                   cached)
+        else:
+            targets = outcome.targets
+            if out is not view:  # everything left out gets a handle, whichever policy left it
+                targets = with_handles(view, messages, targets, self.counter, self._handles)
+            details = {**outcome.details, **figures, **self._keep_originals(view, targets),
+                       "usage": usage, "cached_prefix": cached}
+            if not plan.exact:  # counted when read: the call did not need them
+                targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
         report = CompactionReport(
             tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
@@ -668,15 +694,7 @@ class Compactor:
             forced=plan.force,
             repairs=repairs,
             notes=tuple(service.notes) + outcome.notes,
-            details={
-                **outcome.details,
-                "summary": service.details(),
-                "known_tokens": plan.known,
-                "incremental": plan.new_tokens is not None,
-                **originals,
-                "usage": self._usage(messages, tokens_after, plan.fixed),
-                "cached_prefix": self._cached_prefix(messages, plan.fixed),
-            },
+            details=details,
         )
         changed = out is not view or bool(repairs)
         self._remember(plan, messages, tokens_after, changed)
@@ -691,6 +709,34 @@ class Compactor:
         if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return CompactionResult(messages=messages, report=report)
+
+    def _handled_later(
+        self, view: list[Message], out: list[Message], outcome: PolicyOutcome,
+        figures: dict[str, Any], usage: dict[str, Any], cached: dict[str, int],
+    ) -> tuple[tuple[Target, ...], dict[str, Any]]:
+        """The report's targets and details of a pass that decided from bounds and keeps
+        originals in memory, made when first read: the handles of what the policy left out
+        without one, and their originals, are made then (only the report can name them:
+        nothing in view does); the originals behind the policy's own handles, which the
+        model may read at once, are kept now."""
+        given = outcome.targets
+        self._keep_originals(view, [t for t in given if t.handle])
+        view, out = list(view), list(out)  # snapshots: the caller may change its lists
+        learning, learned = learning_of(self._state), learned_in(self._state)
+        counter, kept = self.counter, self._kept_handles
+
+        def complete() -> tuple[tuple[Target, ...], dict[str, Any]]:
+            targets = with_handles(view, out, given, counter, HandleMemo())
+            references = persist_originals(
+                view, targets, store=self.store, cache=self.references,
+                conversation_id=self.conversation_id, learning=learning, kept=kept)
+            return _counted_targets(targets, view, counter), {
+                **({"references": references} if references else {}),
+                **({"learned": learned.as_dict()} if learned is not None else {})}
+
+        made = _Once(complete)
+        return on_read(lambda: made()[0]), on_read(lambda: {
+            **outcome.details, **figures, **made()[1], "usage": usage, "cached_prefix": cached})
 
     def _remember(
         self, plan: Plan, out: Sequence[Message], tokens: int, changed: bool
@@ -775,17 +821,17 @@ class Compactor:
             )
 
 
-class _Once:
+class _Once(Generic[T]):
     """A value computed on the first call and kept."""
 
-    def __init__(self, compute: Callable[[], int]) -> None:
-        self._compute: Callable[[], int] | None = compute
-        self._value = 0
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute: Callable[[], T] | None = compute
+        self._value: T | None = None
 
-    def __call__(self) -> int:
+    def __call__(self) -> T:
         if self._compute is not None:
             self._value, self._compute = self._compute(), None
-        return self._value
+        return self._value  # type: ignore[return-value]  # set on the first call
 
 
 def _kept_only(out: Sequence[Message], view: Sequence[Message]) -> bool:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .._config import check
-from .._counting.counters import TokenCounter, count_within, token_bound
+from .._counting.counters import TokenCounter, count_within, token_bounds
 from .._lossless.ledger import Ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
@@ -380,11 +380,12 @@ def _dropped(
     ranges.append((cursor, bounds[plan.start] if bounds else 0))
     found: list[Target] = []
     append = found.append
+    figures = token_bounds(counter, messages)
     for a, b in ranges:
         for i in range(a, b):
             m = messages[i]
             tool = m.name if m.role == "tool" else None
-            append(Target(i, m.role, "dropped", token_bound(counter, m), 0, tool))
+            append(Target(i, m.role, "dropped", figures[i], 0, tool))
     return found
 
 
