@@ -125,4 +125,4 @@ def test_with_stable_id_is_replace_with_the_stable_id(history: list[cf.Message])
         expected = dataclasses.replace(m, id=stable_id(position, m))
         assert made == expected and made.id == expected.id and made is not m
         assert repr(made) == repr(expected) and made.fingerprint == expected.fingerprint
-        assert made.metadata == m.metadata and m.id != made.id or m.id == made.id
+        assert made.metadata == m.metadata and made.created_at == m.created_at
