@@ -491,7 +491,31 @@ def _make_bound(counter: _BaseCounter) -> Callable[[Message], int] | None:
             n += TOKENS_PER_NAME + label(m.name)
         return n
 
-    return bound
+    def utf8_bound(m: Message) -> int:
+        # ``bound`` with the UTF-8 length written inline (the unscaled tiktoken case, the
+        # hot loop of a cold call).
+        d = m.__dict__
+        content = d["content"]
+        if content.__class__ is not str:
+            return general(m, text)
+        role = labels.get(d["role"])
+        n = TOKENS_PER_MESSAGE + (label(d["role"]) if role is None else role) + (
+            len(content) if content.isascii() else _utf8_length(content))
+        extra = d["reasoning"]
+        if extra:
+            n += len(extra) if extra.isascii() else _utf8_length(extra)
+        for call in d["tool_calls"]:
+            n += TOKENS_PER_TOOL_CALL + label(call.name) + _utf8_length(call.arguments)
+        extra = d["tool_call_id"]
+        if extra:
+            n += len(extra) if extra.isascii() else _utf8_length(extra)
+        extra = d["name"]
+        if extra:
+            named = labels.get(extra)
+            n += TOKENS_PER_NAME + (label(extra) if named is None else named)
+        return n
+
+    return utf8_bound if text is _utf8_length else bound
 
 
 def token_bound(counter: TokenCounter, message: Message) -> int:

@@ -579,8 +579,8 @@ class Compactor:
         self, plan: Plan
     ) -> tuple[list[Message], tuple[str, ...], CompactionContext]:
         """The policy's input (repaired in flight when invalid) and its context."""
-        if plan.new is None:
-            plan.base = _checked_input(plan.messages)
+        if plan.new is None:  # checked when planned (the caller's own list when it is one)
+            plan.base = plan.messages if isinstance(plan.messages, list) else list(plan.messages)
         else:
             plan.base = [*self._prefix.out, *plan.new]
         if plan.needs:
