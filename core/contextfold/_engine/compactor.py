@@ -722,7 +722,8 @@ class Compactor:
         given = outcome.targets
         self._keep_originals(view, [t for t in given if t.handle])
         view, out = list(view), list(out)  # snapshots: the caller may change its lists
-        learning, learned = learning_of(self._state), learned_in(self._state)
+        learning, known = learning_of(self._state), learned_in(self._state)
+        learned = {"learned": known.as_dict()} if known is not None else {}  # as of now
         counter, kept = self.counter, self._kept_handles
 
         def complete() -> tuple[tuple[Target, ...], dict[str, Any]]:
@@ -732,7 +733,7 @@ class Compactor:
                 conversation_id=self.conversation_id, learning=learning, kept=kept)
             return _counted_targets(targets, view, counter), {
                 **({"references": references} if references else {}),
-                **({"learned": learned.as_dict()} if learned is not None else {})}
+                **learned}
 
         made = _Once(complete)
         return on_read(lambda: made()[0]), on_read(lambda: {
