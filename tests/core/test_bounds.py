@@ -310,3 +310,28 @@ def test_what_a_report_counts_when_read_is_the_input_of_its_call() -> None:
     result = cf.Compactor(cf.ThresholdPolicy(), cf.Budget(10**9), EXACT).compact(below)
     below.append(cf.Message("user", "later " * 500))
     assert result.report.tokens_after == EXACT.count_messages(fresh(history))
+
+
+words = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=12)
+
+
+@given(parts=st.lists(st.one_of(words, st.sampled_from([" alpha", " Beta", "\n", " 42", "😀"])),
+                      min_size=1, max_size=3000),
+       limit=st.integers(0, 600))
+def test_a_text_said_to_be_over_a_limit_is_over_it(parts: list[str], limit: int) -> None:
+    text = "".join(parts)
+    for counter in (EXACT, APPROX):
+        over = _counting.text_over(counter, text, limit)
+        if over is not None:
+            exact = counter.count_text(text)
+            assert exact > limit and over > limit
+
+
+def test_a_long_summary_is_trimmed_to_its_size_without_counting_it_whole() -> None:
+    history = generate_history(9, turns=200)
+    request = cf.policy.SummaryRequest(messages=tuple(history), instructions="Summarize.",
+                                       max_tokens=400)
+    text = cf.ExtractiveSummarizer(counter=EXACT).summarize(request)
+    assert EXACT.count_text(text) <= 400
+    assert _counting.text_over(EXACT, "x " * 40_000, 100) is not None
+    assert _counting.text_over(cf.EstimatingCounter(), "x " * 40_000, 100) is None

@@ -54,6 +54,7 @@ __all__ = [
     "count_within",
     "counter_for_model",
     "encoding_for_model",
+    "text_over",
     "token_bound",
     "token_bounds",
 ]
@@ -577,6 +578,30 @@ def _figures(
         if open_:  # worth remembering: a bound was needed
             counter.__dict__["_within"] = (tuple(messages), list(figures))
     return figures, open_
+
+
+def text_over(counter: TokenCounter, text: str, limit: int) -> int | None:
+    """For a long text plainly over ``limit``: an estimate of ``counter.count_text(text)``
+    made without counting it whole, else ``None`` (count it).
+
+    A prefix of ``text`` cut where no token spans the cut is counted exactly; the counts
+    of the two pieces add up to the whole's, so when the prefix alone is over ``limit``
+    the text is too (that much is certain). The estimate is the prefix's count scaled by
+    the text's length, never below it. For a caller that needs to know whether a text is
+    over ``limit`` and about how far (a summary trimmed to fit, which then counts what it
+    keeps). ``None`` too for counters not known to count pieces that way."""
+    if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:
+        return None
+    size = max(4096, limit * 8)  # characters: several times ``limit`` tokens of any text
+    if len(text) < 2 * size:
+        return None
+    cut = _SAFE_CUT.search(text, size)
+    if cut is None:
+        return None
+    head = counter.count_text(text[:cut.start()])
+    if head <= limit:
+        return None
+    return max(head, head * len(text) // max(cut.start(), 1))
 
 
 def count_within(
