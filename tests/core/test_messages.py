@@ -126,3 +126,16 @@ def test_with_stable_id_is_replace_with_the_stable_id(history: list[cf.Message])
         assert made == expected and made.id == expected.id and made is not m
         assert repr(made) == repr(expected) and made.fingerprint == expected.fingerprint
         assert made.metadata == m.metadata and made.created_at == m.created_at
+
+
+def test_a_dataclass_subclass_is_checked_and_frozen_too() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Tagged(cf.Message):
+        tag: str = ""
+
+    given_meta = {"importance": 0.5}
+    m = Tagged("user", "hi", metadata=given_meta, tag="t")
+    given_meta["importance"] = 0.9
+    assert m.metadata["importance"] == 0.5 and m.tag == "t" and m.id
+    with pytest.raises(cf.ConversionError, match="role"):
+        Tagged("narrator", "hi")  # type: ignore[arg-type]

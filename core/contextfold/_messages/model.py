@@ -204,6 +204,16 @@ class Message:
         _check(self)
         self.__dict__["metadata"] = _freeze(metadata)
 
+    def __post_init__(self) -> None:
+        # What ``__init__`` does after setting the fields, for a dataclass subclass whose
+        # generated ``__init__`` sets them and then calls this.
+        if isinstance(self.content, list):
+            object.__setattr__(self, "content", tuple(self.content))
+        if isinstance(self.tool_calls, list):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        _check(self)
+        object.__setattr__(self, "metadata", _freeze(self.metadata))
+
     # Pickling and deep copies carry the fields only (the read-only metadata as a plain
     # dict); values derived from the content are computed again when asked.
     def __getstate__(self) -> dict[str, Any]:
