@@ -550,7 +550,10 @@ def token_bounds(counter: TokenCounter, messages: Sequence[Message]) -> list[int
 def _figures(
     counter: TokenCounter, messages: Sequence[Message], bound: Callable[[Message], int]
 ) -> tuple[list[int], list[int]]:
-    """Each message's cached count or bound, and the positions that have a bound."""
+    """Each message's cached count or bound, and the positions that have a bound. The
+    counter remembers the figures of the last sequence that needed a bound (holding its
+    messages until another replaces it), so the driver's decision and the policy's check
+    of the same input bound it once."""
     key = "tokens:" + counter.name
     last: tuple[tuple[Message, ...], list[int]] | None = counter.__dict__.get("_within")
     figures: list[int] = []
