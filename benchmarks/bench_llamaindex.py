@@ -13,6 +13,8 @@ Then, at that size:
   shown apart as ``get (first)``);
 * the same with ``aput`` / ``aget`` in an event loop.
 
+And, for a 10k-message thread in every run: the cold first reads (``cold_rows``).
+
 A cell stops after ``CELL_SECONDS`` (at least 3 operations); one operation that runs past
 ``OP_SECONDS`` is aborted and shown as a lower bound (``ChatMemoryBuffer.get`` recounts
 the remaining history once per message it drops, so its cost grows with the square of
@@ -31,16 +33,22 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    LLMMetadata,
+    ToolCallBlock,
+)
+from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.memory import ChatMemoryBuffer, Memory
 
 import contextfold as cf
 from contextfold.testing import generate_history
-from llama_index.memory.contextfold import CompactingMemory, to_llama_index
+from llama_index.memory.contextfold import CompactingLLM, CompactingMemory, to_llama_index
 
 SIZES = (100, 1_000, 10_000)
 QUICK_SIZES = (100, 1_000)
@@ -202,13 +210,56 @@ def rows_for(n: int) -> list[dict[str, Any]]:
     return rows
 
 
+class _InstantLLM(MockFunctionCallingLLM):
+    """A chat model that answers at once, whatever it is sent (the time is the wrapper's)."""
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(is_function_calling_model=True, is_chat_model=True,
+                           context_window=10**9, num_output=256, model_name="instant")
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return ChatResponse(message=ChatMessage(role="assistant", content="ok"))
+
+
+def cold_rows(n: int) -> list[dict[str, Any]]:
+    """The first read of a resumed ``n``-message thread, nothing converted or counted yet,
+    beside ``Memory``'s first ``get`` of the same history: ``CompactingMemory``'s first
+    ``get`` (loaded with ``set``, which converts; the history is over the 30k limit, so
+    the get compacts), and a ``CompactingLLM``'s first ``chat`` over the whole history
+    (the model's window holds it: nothing to compact; conversion included)."""
+    messages = history(n)
+    times: dict[str, float] = {}
+    for name in ("CompactingMemory", "Memory"):
+        memory = factories()[name]()
+        memory.set(messages)
+        gc.collect()
+        started = time.perf_counter()
+        memory.get()
+        times[name] = (time.perf_counter() - started) * 1000
+    llm = CompactingLLM(llm=_InstantLLM(), budget=cf.Budget(10**9), counter=COUNTER)
+    gc.collect()
+    started = time.perf_counter()
+    llm.chat(list(messages))
+    chat = (time.perf_counter() - started) * 1000
+    return [
+        {"name": f"get (first, cold) at {n:,} msgs", "ours": times["CompactingMemory"],
+         "peer": times["Memory"], "unit": "ms",
+         "notes": "Memory's first get of the same history"},
+        {"name": f"CompactingLLM first chat at {n:,} msgs", "ours": chat,
+         "peer": times["Memory"], "unit": "ms",
+         "notes": "Memory's first get; the LLM converts the whole history, no compaction"},
+    ]
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
-    """Rows for each size."""
+    """Rows for each size, then the cold first reads of a 10k-message thread."""
     signal.signal(signal.SIGALRM, _alarm)
     warnings.simplefilter("ignore", DeprecationWarning)
     rows: list[dict[str, Any]] = []
     for n in QUICK_SIZES if quick else SIZES:
         rows.extend(rows_for(n))
+    rows.extend(cold_rows(10_000))
     return rows
 
 

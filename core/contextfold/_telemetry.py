@@ -67,6 +67,14 @@ def _meters() -> dict[str, Any]:
             for key, (name, unit, description) in _HISTOGRAMS.items()}
 
 
+def _metered() -> bool:
+    """True when the application set a meter provider (the API's defaults drop everything)."""
+    from opentelemetry import metrics
+
+    return type(metrics.get_meter_provider()).__name__ not in (
+        "_ProxyMeterProvider", "NoOpMeterProvider")
+
+
 @contextmanager
 def _started(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
     """The current span ``name`` while the block runs; ``None`` without OpenTelemetry."""
@@ -89,8 +97,10 @@ class CompactionSpan:
         self.attributes = attributes
 
     def record(self, report: CompactionReport) -> None:
-        """Put the report's figures on the span and the compaction metrics."""
-        if self.span is None:
+        """Put the report's figures on the span and the compaction metrics. A report's
+        token figures may be counted when first read: they are read only when a span is
+        recorded or a meter provider is set (not for the API's no-op defaults)."""
+        if self.span is None or not (self.span.is_recording() or _metered()):
             return
         figures = {
             "contextfold.method": report.method,

@@ -4,15 +4,24 @@ An adapter converts messages and sends them; everything else about a model call 
 :class:`CallLoop` (one per conversation, kept by :class:`Conversations`): compaction with
 every fixed cost counted, the overflow retry below the provider's stated limit,
 calibration from the reported :class:`Usage`, the idle decision and persistence with
-:func:`stable_id`. Provider errors are read with :func:`overflow_of` and :func:`error_kind`;
-LLM summarizers build their prompt with :func:`summary_prompt`. :func:`message_to_dict` and
+:func:`stable_id` (:func:`with_stable_id` gives a converted message that id). Provider
+errors are read with :func:`overflow_of` and :func:`error_kind`; LLM summarizers build
+their prompt with :func:`summary_prompt`. :func:`message_to_dict` and
 :func:`message_from_dict` are the stores' JSON form of a message (a framework's own
 serialization can embed it).
 """
 
 from ._counting.budget import MODEL_LIMITS, ModelLimits
 from ._counting.counters import encoding_for_model
-from ._engine.calls import CallLoop, Conversations, Usage, View, opening_key, stable_id
+from ._engine.calls import (
+    CallLoop,
+    Conversations,
+    Usage,
+    View,
+    opening_key,
+    stable_id,
+    with_stable_id,
+)
 from ._engine.controls import COMPACT_CONTEXT_DESCRIPTION, compact_context_tool
 from ._engine.overflow import (
     OVERFLOW_PHRASES,
@@ -58,4 +67,5 @@ __all__ = [
     "require_extra",
     "stable_id",
     "summary_prompt",
+    "with_stable_id",
 ]

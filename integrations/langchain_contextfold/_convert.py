@@ -41,7 +41,6 @@ from langchain_core.messages import (
 )
 
 from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
-from contextfold.integration import at_index
 from contextfold.policy import OpaquePart
 
 __all__ = [
@@ -88,46 +87,71 @@ def to_core(messages: Sequence[BaseMessage]) -> list[Message]:
 
 def message_to_core(message: BaseMessage, *, index: int | None = None) -> Message:
     """One core message for one LangChain message; see :func:`to_core`."""
-    role = _role_of(message, index)
+    role = _ROLE_BY_CLASS.get(type(message)) or _role_of(message, index)
     extras = _common_extras(message, role)
     kwargs = message.additional_kwargs
-    content, reasoning = _content_in(message.content, extras)
-    if reasoning is None and isinstance(kwargs.get("reasoning_content"), str):
+    content: str | tuple[TextPart | ImagePart | OpaquePart, ...]
+    reasoning = None
+    if message.content.__class__ is str:
+        content = message.content  # type: ignore[assignment]
+    else:
+        content, reasoning = _content_in(message.content, extras)
+    if reasoning is None and kwargs and isinstance(kwargs.get("reasoning_content"), str):
         reasoning = kwargs["reasoning_content"]
     tool_calls: tuple[ToolCall, ...] = ()
     metadata: dict[str, Any] = {}
     tool_call_id = None
-    if isinstance(message, AIMessage):
-        tool_calls = _calls_in(message, index)
+    if role == "assistant" and isinstance(message, AIMessage):
+        if message.tool_calls:
+            tool_calls = _calls_in(message, index)
         _ai_extras(message, extras)
-    elif isinstance(message, ToolMessage):
+    elif role == "tool" and isinstance(message, ToolMessage):
         tool_call_id = message.tool_call_id
         if message.status == "error":
             metadata["is_error"] = True
         if message.artifact is not None:
             extras["artifact"] = message.artifact
-    if role == "system" and kwargs.get("__openai_role__") == "developer":
-        role = "developer"
-    section = _source_section(kwargs.get(SOURCE_KEY), index)
-    metadata.update(section.get("metadata") or {})
+    section: Mapping[str, Any] = _NO_SECTION
+    if kwargs:
+        if role == "system" and kwargs.get("__openai_role__") == "developer":
+            role = "developer"
+        section = _source_section(kwargs.get(SOURCE_KEY), index)
+        if section.get("metadata"):
+            metadata.update(section["metadata"])
     metadata[LANGCHAIN_KEY] = extras
-    fields: dict[str, Any] = {}
-    if message.id is not None:
-        fields["id"] = message.id
-    with at_index(index):
+    created_at = section.get("created_at")
+    if created_at is not None:
+        created_at = _parse_time(created_at, index)
+    try:
         return Message(
-            role=role,  # type: ignore[arg-type]
-            content=content,
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-            name=message.name,
-            reasoning=reasoning,
-            source=section.get("source"),
-            sender_id=section.get("sender_id"),
-            created_at=_parse_time(section.get("created_at"), index),
-            metadata=metadata,
-            **fields,
+            role,  # type: ignore[arg-type]
+            content,
+            tool_calls,
+            tool_call_id,
+            message.name,
+            reasoning,
+            section.get("source"),
+            section.get("sender_id"),
+            created_at,
+            metadata,
+            *(() if message.id is None else (message.id,)),
         )
+    except ConversionError as exc:  # name the position (as ``at_index`` does)
+        if exc.index is not None or index is None:
+            raise
+        raise ConversionError(exc.reason, index=index, field=exc.field) from exc
+
+
+_NO_SECTION: Mapping[str, Any] = {}
+_ROLE_BY_CLASS: dict[type, str] = {
+    SystemMessage: "system", SystemMessageChunk: "system", HumanMessage: "user",
+    HumanMessageChunk: "user", AIMessage: "assistant", AIMessageChunk: "assistant",
+    ToolMessage: "tool", ToolMessageChunk: "tool",
+}
+"""The role of each LangChain class whose role needs no look at the message (exact
+types: subclasses and ``ChatMessage`` go through ``_role_of``)."""
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(args, ensure_ascii=False)``, without building an encoder per call."""
 
 
 def _common_extras(message: BaseMessage, role: str) -> dict[str, Any]:
@@ -196,7 +220,7 @@ def _calls_in(message: AIMessage, index: int | None) -> tuple[ToolCall, ...]:
     calls = []
     for k, call in enumerate(message.tool_calls):
         try:
-            arguments = json.dumps(call["args"], ensure_ascii=False)
+            arguments = _ARGUMENTS.encode(call["args"])
         except (TypeError, ValueError) as exc:
             raise ConversionError(f"tool call arguments are not JSON: {exc}", index=index,
                                   field=f"tool_calls[{k}].args") from exc

@@ -9,7 +9,6 @@ convert LangChain messages and how to read a reply.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
@@ -23,7 +22,7 @@ from contextfold.integration import (
     Conversations,
     Usage,
     opening_key,
-    stable_id,
+    with_stable_id,
 )
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
@@ -43,7 +42,7 @@ def to_core(message: BaseMessage, position: int) -> Message:
     """One message at a position of the conversation; one without an id of its own gets a
     stable one, so a restarted process recognises what its store holds."""
     core = message_to_core(message, index=position)
-    return core if message.id is not None else replace(core, id=stable_id(position, core))
+    return core if message.id is not None else with_stable_id(position, core)
 
 
 class Engine:

@@ -79,3 +79,63 @@ def test_copies_are_equal_with_equal_fingerprints(history: list[cf.Message]) -> 
         assert copy == m and copy.fingerprint == m.fingerprint and hash(copy) == hash(m)
     by_fingerprint = {m.fingerprint: m for m in history}
     assert all(by_fingerprint[m.fingerprint] == m for m in history)  # same print, same message
+
+
+def _reference_fingerprint(message: cf.Message) -> str:
+    """The fingerprint as first written (dataclass fields, ``json.dumps``): stored ids and
+    handles depend on its bytes, so the faster one must give the same."""
+    import hashlib
+    import json
+    from datetime import datetime
+
+    from contextfold._messages.model import _part_dict
+
+    out = {}
+    for f in dataclasses.fields(message):
+        if not f.compare:
+            continue
+        value = getattr(message, f.name)
+        if f.name == "content" and not isinstance(value, str):
+            value = [_part_dict(p) for p in value]
+        elif f.name == "tool_calls":
+            value = [[c.id, c.name, c.arguments] for c in value]
+        elif f.name == "metadata":
+            value = dict(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        out[f.name] = value
+    payload = json.dumps(out, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@given(histories(max_turns=3, max_tool_chars=300, imperfect=True))
+def test_fingerprints_keep_their_bytes(history: list[cf.Message]) -> None:
+    odd = cf.Message("user", "\ud83d broken \U0001f600", metadata={"when": object, "n": 1.5},
+                     created_at=history[-1].created_at, sender_id="")
+    for m in [*history, odd]:
+        assert m.fingerprint == _reference_fingerprint(m)
+
+
+@given(histories(max_turns=3, max_tool_chars=300))
+def test_with_stable_id_is_replace_with_the_stable_id(history: list[cf.Message]) -> None:
+    from contextfold.integration import stable_id, with_stable_id
+
+    for position, m in enumerate(history):
+        made = with_stable_id(position, m)
+        expected = dataclasses.replace(m, id=stable_id(position, m))
+        assert made == expected and made.id == expected.id and made is not m
+        assert repr(made) == repr(expected) and made.fingerprint == expected.fingerprint
+        assert made.metadata == m.metadata and made.created_at == m.created_at
+
+
+def test_a_dataclass_subclass_is_checked_and_frozen_too() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Tagged(cf.Message):
+        tag: str = ""
+
+    given_meta = {"importance": 0.5}
+    m = Tagged("user", "hi", metadata=given_meta, tag="t")
+    given_meta["importance"] = 0.9
+    assert m.metadata["importance"] == 0.5 and m.tag == "t" and m.id
+    with pytest.raises(cf.ConversionError, match="role"):
+        Tagged("narrator", "hi")  # type: ignore[arg-type]

@@ -8,6 +8,15 @@ Counts are cached on each (immutable) message per counter, and each counter reme
 running sums of the last sequences it counted: recounting an unchanged long history, or
 one that only grew at the end, is an identity check of the known prefix plus the count
 of the new messages.
+
+Bounds: a message nothing has counted yet need not be tokenized to know it fits.
+:func:`token_bound` is a cheap upper bound of a message's count (its cached count when it
+has one): for tiktoken's byte-level BPE encodings every token covers at least one byte of
+UTF-8, so a text's count is at most its byte length (scaled like the count for an
+:class:`ApproximateCounter`); an :class:`EstimatingCounter` is cheap, so its bound is its
+count, and so is that of any other counter (no bound is known for it).
+:func:`count_within` uses them to decide whether a history fits a limit while
+tokenizing only as much of it, newest first, as the decision needs.
 """
 
 from __future__ import annotations
@@ -42,8 +51,12 @@ __all__ = [
     "EstimatingCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "count_within",
     "counter_for_model",
     "encoding_for_model",
+    "text_over",
+    "token_bound",
+    "token_bounds",
 ]
 
 logger = logging.getLogger("contextfold")
@@ -166,9 +179,14 @@ class _BaseCounter:
         return n
 
     def _count_uncached(self, message: Message) -> int:
+        return self._count_with(message, self.count_text)
+
+    def _count_with(self, message: Message, text: Callable[[str], int]) -> int:
+        """The message arithmetic with ``text`` counting each content text (the exact
+        ``count_text``, or a bound of it)."""
         texts, images = content_texts(message)
         n = TOKENS_PER_MESSAGE + self._count_label(message.role) + images
-        n += sum(map(self.count_text, texts))
+        n += sum(map(text, texts))
         if message.name:
             n += TOKENS_PER_NAME + self._count_label(message.name)
         for call in message.tool_calls:
@@ -178,6 +196,11 @@ class _BaseCounter:
     def count_message(self, message: Message) -> int:
         """Tokens of one message, overhead included; cached on the message per counter."""
         return message.derived("tokens:" + self.name, self._count_uncached)
+
+    def _text_bound(self) -> Callable[[str], int] | None:
+        """A cheap upper bound of :meth:`count_text`, or ``None`` when none is known (the
+        counter is then asked for the count itself)."""
+        return None
 
     def count_messages(self, messages: Sequence[Message]) -> int:
         """Tokens of a request: each message (cached) plus the reply priming.
@@ -359,6 +382,20 @@ class TiktokenCounter(_BaseCounter):
         """The count of a text from its tiktoken tokens (an approximation scales them)."""
         return tokens
 
+    def _text_bound(self) -> Callable[[str], int] | None:
+        """``_scaled`` of the text's UTF-8 length: every token of a tiktoken encoding covers
+        at least one byte, and ``_scaled`` never decreases. Only while counting is this
+        class's own (a subclass that counts otherwise gets no bound)."""
+        cls = type(self)
+        if (cls._tokens is not TiktokenCounter._tokens
+                or cls.count_text is not TiktokenCounter.count_text
+                or cls._scaled not in _MONOTONE_SCALES):
+            return None
+        if cls._scaled is TiktokenCounter._scaled:
+            return _utf8_length
+        scaled = self._scaled
+        return lambda text: scaled(_utf8_length(text))
+
 
 class EstimatingCounter(_BaseCounter):
     """Estimates tokens from characters. Conservative by default (the threshold design: 1.5
@@ -392,6 +429,209 @@ class ApproximateCounter(TiktokenCounter):
     def _scaled(self, tokens: int) -> int:
         """``ceil(factor * tiktoken count)``."""
         return math.ceil(tokens * self.factor)
+
+
+_MONOTONE_SCALES = (TiktokenCounter._scaled, ApproximateCounter._scaled)
+"""``_scaled`` implementations known never to decrease (so a bound of the tokens, scaled,
+bounds the count)."""
+
+
+def _utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, a lone surrogate as the 3 bytes of the U+FFFD that
+    tiktoken encodes in its place (a surrogate pair, which tiktoken joins into one 4-byte
+    character, counts 6: still an upper bound)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _bound_function(counter: TokenCounter) -> Callable[[Message], int] | None:
+    """The per-message bound of a counter of ours whose message arithmetic is its own
+    (made once per counter)."""
+    if not isinstance(counter, _BaseCounter):
+        return None
+    made = counter.__dict__.get("_bound")
+    if made is None:
+        made = counter.__dict__["_bound"] = (_make_bound(counter),)
+    bound: Callable[[Message], int] | None = made[0]
+    return bound
+
+
+def _make_bound(counter: _BaseCounter) -> Callable[[Message], int] | None:
+    cls = type(counter)
+    if (cls.count_message is not _BaseCounter.count_message
+            or cls.count_messages is not _BaseCounter.count_messages
+            or cls._count_uncached is not _BaseCounter._count_uncached):
+        return None
+    text = counter._text_bound()
+    if text is None:
+        return None
+    general = counter._count_with
+    labels: dict[str, int] = {}  # this bound's own memo of the counter's label counts
+
+    def label(name: str) -> int:
+        n = labels.get(name)
+        if n is None:
+            n = labels[name] = counter._count_label(name)
+        return n
+
+    def bound(m: Message) -> int:
+        # The arithmetic of ``_count_with``, unrolled for the common plain-text message.
+        content = m.content
+        if content.__class__ is not str:
+            return general(m, text)
+        role = labels.get(m.role)
+        n = TOKENS_PER_MESSAGE + (label(m.role) if role is None else role) + text(content)
+        if m.reasoning:
+            n += text(m.reasoning)
+        for call in m.tool_calls:
+            n += TOKENS_PER_TOOL_CALL + label(call.name) + text(call.arguments)
+        if m.tool_call_id:
+            n += text(m.tool_call_id)
+        if m.name:
+            n += TOKENS_PER_NAME + label(m.name)
+        return n
+
+    def utf8_bound(m: Message) -> int:
+        # ``bound`` with the UTF-8 length written inline (the unscaled tiktoken case, the
+        # hot loop of a cold call).
+        d = m.__dict__
+        content = d["content"]
+        if content.__class__ is not str:
+            return general(m, text)
+        role = labels.get(d["role"])
+        n = TOKENS_PER_MESSAGE + (label(d["role"]) if role is None else role) + (
+            len(content) if content.isascii() else _utf8_length(content))
+        extra = d["reasoning"]
+        if extra:
+            n += len(extra) if extra.isascii() else _utf8_length(extra)
+        for call in d["tool_calls"]:
+            n += TOKENS_PER_TOOL_CALL + label(call.name) + _utf8_length(call.arguments)
+        extra = d["tool_call_id"]
+        if extra:
+            n += len(extra) if extra.isascii() else _utf8_length(extra)
+        extra = d["name"]
+        if extra:
+            named = labels.get(extra)
+            n += TOKENS_PER_NAME + (label(extra) if named is None else named)
+        return n
+
+    return utf8_bound if text is _utf8_length else bound
+
+
+def token_bound(counter: TokenCounter, message: Message) -> int:
+    """An upper bound of ``counter.count_message(message)``, cheap: the cached count when
+    the message has one, else the bound of the module docstring (without tokenizing);
+    counters with no known bound are asked for the count."""
+    known = _cached_count(counter, message)
+    if known is not None:
+        return known
+    bound = _bound_function(counter)
+    return counter.count_message(message) if bound is None else bound(message)
+
+
+def _cached_count(counter: TokenCounter, message: Message) -> int | None:
+    memo: dict[str, Any] | None = message.__dict__.get("_derived")
+    if memo is None:
+        return None
+    value: int | None = memo.get("tokens:" + counter.name)
+    return value
+
+
+def token_bounds(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+    """:func:`token_bound` of each message (from the figures :func:`count_within` last
+    made for the same messages, when it did)."""
+    bound = _bound_function(counter)
+    if bound is None:
+        return [counter.count_message(m) for m in messages]
+    return _figures(counter, messages, bound)[0]
+
+
+def _figures(
+    counter: TokenCounter, messages: Sequence[Message], bound: Callable[[Message], int]
+) -> tuple[list[int], list[int]]:
+    """Each message's cached count or bound, and the positions that have a bound. The
+    counter remembers the figures of the last sequence that needed a bound (holding its
+    messages until another replaces it), so the driver's decision and the policy's check
+    of the same input bound it once."""
+    key = "tokens:" + counter.name
+    last: tuple[tuple[Message, ...], list[int]] | None = counter.__dict__.get("_within")
+    figures: list[int] = []
+    open_: list[int] = []  # positions whose figure is a bound
+    add, mark = figures.append, open_.append
+    if last is not None and len(last[0]) == len(messages) and (
+            _shared_prefix(last[0], messages) == len(messages)):
+        # The same messages as the last call (a policy checking what the driver just
+        # decided): their bounds again, and the counts made since.
+        for i, (m, figure) in enumerate(zip(messages, last[1], strict=True)):
+            memo: dict[str, Any] | None = m.__dict__.get("_derived")
+            if memo is not None and key in memo:
+                add(memo[key])
+            else:
+                mark(i)
+                add(figure)
+    else:
+        for i, m in enumerate(messages):
+            memo = m.__dict__.get("_derived")
+            if memo is not None and key in memo:
+                add(memo[key])
+            else:
+                mark(i)
+                add(bound(m))
+        if open_:  # worth remembering: a bound was needed
+            counter.__dict__["_within"] = (tuple(messages), list(figures))
+    return figures, open_
+
+
+def text_over(counter: TokenCounter, text: str, limit: int) -> int | None:
+    """For a long text plainly over ``limit``: an estimate of ``counter.count_text(text)``
+    made without counting it whole, else ``None`` (count it).
+
+    A prefix of ``text`` cut where no token spans the cut is counted exactly; the counts
+    of the two pieces add up to the whole's, so when the prefix alone is over ``limit``
+    the text is too (that much is certain). The estimate is the prefix's count scaled by
+    the text's length, never below it. For a caller that needs to know whether a text is
+    over ``limit`` and about how far (a summary trimmed to fit, which then counts what it
+    keeps). ``None`` too for counters not known to count pieces that way."""
+    if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:
+        return None
+    size = max(4096, limit * 8)  # characters: several times ``limit`` tokens of any text
+    if len(text) < 2 * size:
+        return None
+    cut = _SAFE_CUT.search(text, size)
+    if cut is None:
+        return None
+    head = counter.count_text(text[:cut.start()])
+    if head <= limit:
+        return None
+    return max(head, head * len(text) // max(cut.start(), 1))
+
+
+def count_within(
+    counter: TokenCounter, messages: Sequence[Message], limit: int
+) -> tuple[int, bool]:
+    """Whether ``messages`` fit ``limit`` tokens (reply priming included), tokenizing as
+    little as that takes: ``(figure, exact)``.
+
+    ``exact`` is True when ``figure`` is ``counter.count_messages(messages)``; otherwise
+    ``figure`` is an upper bound of that count, and the messages fit ``limit`` exactly when
+    ``figure <= limit`` (over it, the messages counted exactly are already over ``limit``
+    on their own). Messages are counted exactly, newest first, only while the bound is
+    over ``limit`` and what was counted exactly is not.
+    """
+    bound = _bound_function(counter)
+    if bound is None:
+        return counter.count_messages(messages), True
+    figures, open_ = _figures(counter, messages, bound)
+    total = REPLY_PRIMING + sum(figures)
+    counted = total - sum([figures[i] for i in open_])  # the exact part
+    count = counter.count_message
+    while open_ and total > limit >= counted:
+        i = open_.pop()
+        n = count(messages[i])
+        total += n - figures[i]
+        counted += n
+    return total, not open_
 
 
 _TRACES = "on the tau-bench airline and SWE-Gym OpenHands traces (3.5 MB of text)"

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Generic, TypeVar, Union
 
 from .._config import Ge, check
 from .._counting.budget import Budget
-from .._messages.model import Message
+from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
 from ..errors import CompactionError, ConfigurationError, ContextOverflowError
 from ..stores._protocols import HistoryStore
@@ -48,6 +48,7 @@ __all__ = [
     "View",
     "opening_key",
     "stable_id",
+    "with_stable_id",
 ]
 
 F = TypeVar("F")  # the framework's message type
@@ -114,6 +115,12 @@ def stable_id(position: int, message: Message) -> str:
     what its store already holds."""
     digest = hashlib.blake2b(f"{position}\0{message.fingerprint}".encode(), digest_size=12)
     return "cf-" + digest.hexdigest()
+
+
+def with_stable_id(position: int, message: Message) -> Message:
+    """``message`` with the id :func:`stable_id` gives it at ``position`` (a copy, made
+    without building and checking the message again)."""
+    return _with_id(message, stable_id(position, message))
 
 
 def opening_key(messages: Sequence[Message]) -> str:

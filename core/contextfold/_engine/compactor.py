@@ -10,7 +10,14 @@ One call, in order:
    so provider prompt caches keep hitting). Over it, or forced, the policy runs on prefix
    plus new messages and compacts down to the target; the prefix is then left alone until
    the trigger is crossed again (hysteresis). Any other input (an edited or rewound history)
-   starts over from scratch.
+   starts over from scratch: under the trigger it goes out as it is (repaired in flight
+   when invalid) without running the policy, as an extension would, unless the policy
+   declares ``always_run``; the one-shot ``compact()`` always runs the policy.
+   The decision tokenizes only what it needs: messages nothing has counted yet are
+   bounded from their UTF-8 length (:func:`~contextfold._counting.counters.count_within`)
+   and counted exactly, newest first, only while the bound is over the trigger. A call
+   that sends what it did not count leaves the exact figures of its report to be counted
+   when first read (see :mod:`contextfold._engine.result`).
 2. **Prepare.** Check the input's types, repair the in-flight view of an invalid history
    (never the caller's list) and build the policy's :class:`~contextfold.policy.CompactionContext`.
 3. **Drive.** Run the policy's generator, answering its summary requests through the
@@ -47,15 +54,21 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, Generic, TypeVar
 
 from .._config import Ge, check
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, _shared_prefix, counter_for_model
+from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.learning import learned_in, learning_of
 from .._lossless.ledger import HandleMemo, with_handles
-from .._lossless.references import ReferenceCache, default_references, persist_originals
+from .._lossless.references import (
+    ReferenceCache,
+    _keeps_originals,
+    default_references,
+    persist_originals,
+)
 from .._messages.model import Message
 from .._messages.validation import repair, validate
 from .._policies.contract import (
@@ -87,7 +100,7 @@ from .events import (
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
-from .result import CompactionReport, CompactionResult
+from .result import CompactionReport, CompactionResult, on_read
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -100,6 +113,7 @@ _TAKEN_OUT = frozenset({"summarized", "dropped", "truncated", "cleared", "inputs
 """Target methods that take content out of view: a run with one of them is a compaction."""
 
 Tools = Sequence[Mapping[str, Any]]
+T = TypeVar("T")
 
 
 def compact(
@@ -135,9 +149,9 @@ def compact(
         BudgetExceededError: even the protected minimum does not fit.
     """
     compactor = _one_shot(policy, budget, counter, summarizer, tools)
-    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
-    assert not isinstance(plan, CompactionResult)  # a fresh compactor has no prefix to extend
-    return compactor._run(plan)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now,
+                           passes=False)
+    return plan if isinstance(plan, CompactionResult) else compactor._run(plan)
 
 
 async def acompact(
@@ -154,9 +168,9 @@ async def acompact(
 ) -> CompactionResult:
     """The async form of :func:`compact`: summaries are awaited (``asummarize``)."""
     compactor = _one_shot(policy, budget, counter, summarizer, tools)
-    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now)
-    assert not isinstance(plan, CompactionResult)
-    return await compactor._arun(plan)
+    plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now,
+                           passes=False)
+    return plan if isinstance(plan, CompactionResult) else await compactor._arun(plan)
 
 
 def _one_shot(
@@ -371,9 +385,10 @@ class Compactor:
     def _plan(
         self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
         extra_tokens: int = 0, known_tokens: int | None = None, now: datetime | None = None,
-        complete: bool = True,
+        complete: bool = True, passes: bool = True,
     ) -> Plan | CompactionResult:
-        """Decide what this call works on; the result itself when the fast path applies."""
+        """Decide what this call works on; the result itself when a fast path applies (an
+        extension under the trigger; with ``passes``, a valid input under it)."""
         started = time.perf_counter()
         if force and self._stalled is not None:
             before, after = self._stalled
@@ -392,40 +407,155 @@ class Compactor:
             messages = _checked_input(messages)  # the caller's own list when it is one
             self._known, self._since = None, 0  # the reported usage was of another input
             new_tokens = None
-            estimate = self.counter.count_messages(messages) + fixed
+            # Exact only where the trigger needs it: a history under it by a bound is not
+            # tokenized (count_within).
+            figure, exact = count_within(self.counter, messages,
+                                         self.budget.trigger_tokens - fixed)
+            estimate = figure + fixed
             known = known_tokens
             size = len(messages)
         else:
             new_tokens = sum(map(self.counter.count_message, new))
-            # The counter's own total, not the sum of message counts: a counter need not
-            # be additive, and the fast path must fit by the same count as any output.
-            estimate = self.counter.count_messages([*prefix.out, *new]) + fixed
+            estimate, exact = self._extended(new, new_tokens, fixed)
             known = None if self._known is None else self._known + self._since + new_tokens
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
         needs = force or self._requested is not None or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, size, fixed, force, needs)
-        plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
-                    self._state.idle, now, complete=complete)
+        plan = Plan(messages=messages, new=new, new_tokens=new_tokens, estimate=estimate,
+                    exact=exact, force=force, needs=needs, fixed=fixed, tools=tools,
+                    known=known, started=started, was_idle=self._state.idle, now=now,
+                    complete=complete)
         if new is not None and not needs:
-            return self._append(plan, new, estimate)
+            return self._append(plan, new)
+        if new is None and not needs and passes and not self.policy.always_run:
+            passed = self._pass(plan)
+            if passed is not None:
+                return passed
         return plan
 
-    def _append(self, plan: Plan, new: list[Message], tokens: int) -> CompactionResult:
+    def _extended(self, new: list[Message], new_tokens: int, fixed: int) -> tuple[int, bool]:
+        """The estimate of the previous output plus ``new`` (and whether it is exact)."""
+        prefix = self._prefix
+        if prefix.out_exact:
+            # The counter's own total, not the sum of message counts: a counter need not
+            # be additive, and the fast path must fit by the same count as any output.
+            return self.counter.count_messages([*prefix.out, *new]) + fixed, True
+        # A bound (only counters whose totals are sums of message counts give one):
+        # tightened, newest first, only when it crosses the trigger.
+        if prefix.out_tokens + new_tokens + fixed <= self.budget.trigger_tokens:
+            return prefix.out_tokens + new_tokens + fixed, False
+        figure, exact = count_within(self.counter, [*prefix.out, *new],
+                                     self.budget.trigger_tokens - fixed)
+        return figure + fixed, exact
+
+    def _append(self, plan: Plan, new: list[Message]) -> CompactionResult:
         """The fast path: the previous output, untouched, plus the new messages."""
-        out = self._prefix.append(new, plan.new_tokens or 0)
-        self._since += plan.new_tokens or 0
-        report = CompactionReport(
-            tokens_before=tokens, tokens_after=tokens, messages_before=len(out),
-            messages_after=len(out), method="none",
+        previous = len(self._prefix.out)
+        out = self._prefix.append(new, plan.estimate - plan.fixed, plan.exact)
+        new_tokens = plan.new_tokens or 0
+        self._since += new_tokens
+        total = self._total(out, plan)
+
+        def details() -> dict[str, Any]:
+            tokens = total()
+            return {"known_tokens": plan.known, "incremental": True,
+                    "usage": self._usage(out, tokens, plan.fixed),
+                    "cached_prefix": {"messages": previous, "tokens": tokens - new_tokens,
+                                      "previous_messages": previous}}
+
+        return CompactionResult(messages=list(out), report=self._unchanged(
+            plan, len(out), total, details))
+
+    def _pass(self, plan: Plan) -> CompactionResult | None:
+        """A call that starts over under the trigger: the input (repaired in flight when
+        invalid) goes out without running the policy, as an extension under the trigger
+        does. ``None`` when a repaired view is still invalid or no longer fits: the
+        policy path then decides."""
+        messages: list[Message] = plan.messages  # type: ignore[assignment]  # a list: checked
+        view, repairs, valid = self._repaired(messages, plan)
+        if view is None:
+            return None
+        if view is not messages:  # the repaired view's own figure (its new messages)
+            figure, exact = count_within(self.counter, view,
+                                         self.budget.trigger_tokens - plan.fixed)
+            if figure + plan.fixed > self.budget.trigger_tokens:
+                return None
+            before = self._total(tuple(messages), plan)
+            plan = replace(plan, estimate=figure + plan.fixed, exact=exact)
+        # What is counted when read is a snapshot: the caller may change its list later.
+        frozen: Sequence[Message] = view if plan.exact else tuple(view)
+        total = self._total(frozen, plan)
+        if view is messages:
+            before = total
+        shared, previous = self._shared(view), len(self._prefix.out)
+        summary = self._service(self.counter).details()
+        known = learned_in(self._state)
+        learned = {"learned": known.as_dict()} if known is not None else {}
+        counter, fixed = self.counter, plan.fixed
+
+        def details() -> dict[str, Any]:
+            return {
+                "summary": summary,
+                "known_tokens": plan.known,
+                "incremental": False,
+                **learned,
+                "usage": self._usage(frozen, total(), fixed),
+                "cached_prefix": {
+                    "messages": shared, "previous_messages": previous,
+                    "tokens": counter.count_messages(frozen[:shared]) + fixed if shared else 0,
+                },
+            }
+
+        report = self._unchanged(plan, len(view), total, details, before=before,
+                                 messages_before=len(messages), repairs=repairs)
+        self._prefix.remember(messages, view, fixed, counter,
+                              tokens=plan.estimate - fixed, exact=plan.exact, valid=valid)
+        if repairs and self._listeners:  # the event's figure is counted for listeners only
+            self._emit(CompactionApplied(self.conversation_id, report, report.tokens_saved, 0,
+                                         False, report.duration))
+        return CompactionResult(messages=view, report=report)
+
+    def _repaired(
+        self, messages: list[Message], plan: Plan
+    ) -> tuple[list[Message] | None, tuple[str, ...], bool]:
+        """The view to send (``messages`` itself when valid), its repair notes and whether
+        it is valid; ``None`` for a view a repair cannot make sendable."""
+        if not validate(messages):
+            return messages, (), True
+        view, notes = repair(messages)
+        problems = validate(view)
+        if problems and plan.complete:
+            return None, (), False
+        if any(p.code not in APPENDABLE for p in problems):
+            return None, (), False
+        return view, tuple(notes), not problems
+
+    def _total(self, out: Sequence[Message], plan: Plan) -> Callable[[], int]:
+        """The exact tokens of ``out`` plus the fixed parts: the plan's estimate when that
+        is exact, else a count (cheap once made: counts are cached on the messages)."""
+        if plan.exact:
+            return lambda: plan.estimate
+        counter, fixed = self.counter, plan.fixed
+        return lambda: counter.count_messages(out) + fixed
+
+    def _unchanged(
+        self, plan: Plan, n: int, total: Callable[[], int],
+        details: Callable[[], dict[str, Any]], *, before: Callable[[], int] | None = None,
+        messages_before: int | None = None, repairs: tuple[str, ...] = (),
+    ) -> CompactionReport:
+        """The report of a call that sends its input without running the policy (repaired
+        when ``repairs``); its token figures are counted when first read when the call
+        decided from a bound."""
+        before = before or total
+        return CompactionReport(
+            tokens_before=plan.estimate if plan.exact and before is total else on_read(before),
+            tokens_after=plan.estimate if plan.exact else on_read(total),
+            messages_before=n if messages_before is None else messages_before,
+            messages_after=n, method="none", repairs=repairs,
             duration=time.perf_counter() - plan.started,
-            details={"known_tokens": plan.known, "incremental": True,
-                     "usage": self._usage(out, tokens, plan.fixed),
-                     "cached_prefix": {"messages": len(self._prefix.out) - len(new),
-                                       "tokens": tokens - (plan.new_tokens or 0),
-                                       "previous_messages": len(self._prefix.out) - len(new)}},
+            details=details() if plan.exact else on_read(details),
         )
-        return CompactionResult(messages=list(out), report=report)
 
     # -- 2-4. prepare, drive, finish ------------------------------------------------
 
@@ -481,8 +611,8 @@ class Compactor:
         self, plan: Plan
     ) -> tuple[list[Message], tuple[str, ...], CompactionContext]:
         """The policy's input (repaired in flight when invalid) and its context."""
-        if plan.new is None:
-            plan.base = _checked_input(plan.messages)
+        if plan.new is None:  # checked when planned (the caller's own list when it is one)
+            plan.base = plan.messages if isinstance(plan.messages, list) else list(plan.messages)
         else:
             plan.base = [*self._prefix.out, *plan.new]
         if plan.needs:
@@ -541,10 +671,17 @@ class Compactor:
             ), self.policy.name)
             out = outcome.messages
             tokens_after = context.measure(out)
-        tokens_before = context.measure(original)
+        # What is counted when read is a snapshot: the caller may change its list later.
+        snapshot = original if plan.exact else tuple(original)
+        before = _Once(lambda: plan.estimate if plan.exact else context.measure(snapshot))
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
-        if out is not view and tokens_after > tokens_before and not plan.force and compacted:
+        if (out is not view and not plan.force and compacted
+                and not (not plan.exact and _kept_only(out, view))
+                and tokens_after > before()):
+            # (An output made only of the input's own messages cannot be larger than it
+            # under a counter whose totals are sums, the only kind that gives bounds: the
+            # input is not counted for this.)
             # A compaction never grows the context: when its summaries, labels and notices
             # cost more than what they replaced, the (repaired) input goes out as it is if
             # it fits, by the provider's figure too. A forced run (an overflow) never goes
@@ -552,15 +689,33 @@ class Compactor:
             kept = context.measure(view)
             if max(kept, plan.known or 0) <= self.budget.input_budget and not validate(view):
                 outcome = PolicyOutcome(messages=view, method="none", notes=(
-                    f"policy {outcome.method!r} would have grown the context ({tokens_before}"
+                    f"policy {outcome.method!r} would have grown the context ({before()}"
                     f" -> {tokens_after} tokens); the input was kept",))
                 out, tokens_after = view, kept
         messages = out if isinstance(out, list) else list(out)
-        targets = outcome.targets
-        if out is not view:  # everything left out gets a handle, whichever policy left it
-            targets = with_handles(view, messages, targets, self.counter, self._handles)
+        figures = {
+            "summary": service.details(),
+            "known_tokens": plan.known,
+            "incremental": plan.new_tokens is not None,
+        }
+        usage = self._usage(messages, tokens_after, plan.fixed)
+        cached = self._cached_prefix(messages, plan.fixed)
+        targets: tuple[Target, ...]
+        details: dict[str, Any]
+        if not plan.exact and out is not view and not _keeps_originals(
+                self.store, self.conversation_id):
+            targets, details = self._handled_later(view, messages, outcome, figures, usage,
+                                                   cached)
+        else:
+            targets = outcome.targets
+            if out is not view:  # everything left out gets a handle, whichever policy left it
+                targets = with_handles(view, messages, targets, self.counter, self._handles)
+            details = {**outcome.details, **figures, **self._keep_originals(view, targets),
+                       "usage": usage, "cached_prefix": cached}
+            if not plan.exact:  # counted when read: the call did not need them
+                targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
         report = CompactionReport(
-            tokens_before=tokens_before,
+            tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
             messages_before=len(original),
             messages_after=len(messages),
@@ -571,22 +726,14 @@ class Compactor:
             forced=plan.force,
             repairs=repairs,
             notes=tuple(service.notes) + outcome.notes,
-            details={
-                **outcome.details,
-                "summary": service.details(),
-                "known_tokens": plan.known,
-                "incremental": plan.new_tokens is not None,
-                **self._keep_originals(view, targets),
-                "usage": self._usage(messages, tokens_after, plan.fixed),
-                "cached_prefix": self._cached_prefix(messages, plan.fixed),
-            },
+            details=details,
         )
         changed = out is not view or bool(repairs)
-        self._remember(plan, messages, changed)
+        self._remember(plan, messages, tokens_after, changed)
         if plan.force:
             shrunk = report.tokens_after < report.tokens_before
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
-        if changed:
+        if changed and self._listeners:  # the event's figures are read for listeners only
             self._emit(CompactionApplied(
                 self.conversation_id, report, report.tokens_saved, len(report.targets),
                 plan.force, report.duration,
@@ -595,10 +742,41 @@ class Compactor:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return CompactionResult(messages=messages, report=report)
 
-    def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
-        """Keep the output as the prefix for the next call."""
+    def _handled_later(
+        self, view: list[Message], out: list[Message], outcome: PolicyOutcome,
+        figures: dict[str, Any], usage: dict[str, Any], cached: dict[str, int],
+    ) -> tuple[tuple[Target, ...], dict[str, Any]]:
+        """The report's targets and details of a pass that decided from bounds and keeps
+        originals in memory, made when first read: the handles of what the policy left out
+        without one, and their originals, are made then (only the report can name them:
+        nothing in view does); the originals behind the policy's own handles, which the
+        model may read at once, are kept now."""
+        given = outcome.targets
+        self._keep_originals(view, [t for t in given if t.handle])
+        view, out = list(view), list(out)  # snapshots: the caller may change its lists
+        learning, known = learning_of(self._state), learned_in(self._state)
+        learned = {"learned": known.as_dict()} if known is not None else {}  # as of now
+        counter, kept = self.counter, self._kept_handles
+
+        def complete() -> tuple[tuple[Target, ...], dict[str, Any]]:
+            targets = with_handles(view, out, given, counter, HandleMemo())
+            references = persist_originals(
+                view, targets, store=self.store, cache=self.references,
+                conversation_id=self.conversation_id, learning=learning, kept=kept)
+            return _counted_targets(targets, view, counter), {
+                **({"references": references} if references else {}),
+                **learned}
+
+        made = _Once(complete)
+        return on_read(lambda: made()[0]), on_read(lambda: {
+            **outcome.details, **figures, **made()[1], "usage": usage, "cached_prefix": cached})
+
+    def _remember(
+        self, plan: Plan, out: Sequence[Message], tokens: int, changed: bool
+    ) -> None:
+        """Keep the output (``tokens`` with the fixed parts, exact) as the next prefix."""
         restarted = plan.messages if plan.new_tokens is None else None
-        self._prefix.remember(restarted, out, plan.fixed, self.counter)
+        self._prefix.remember(restarted, out, plan.fixed, self.counter, tokens=tokens - plan.fixed)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
             self._prepared = None  # it compacted a view that is no longer the prefix
@@ -699,12 +877,17 @@ class Compactor:
         """How much of the previous request this one repeats from its start (what a
         provider's prompt cache can reuse): messages, and their tokens with the tools and
         other fixed parts sent before them."""
+        k = self._shared(out)
+        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
+        return {"messages": k, "tokens": tokens, "previous_messages": len(self._prefix.out)}
+
+    def _shared(self, out: Sequence[Message]) -> int:
+        """How many leading messages of ``out`` repeat the previous request's."""
         previous = self._prefix.out
         k = _shared_prefix(previous, out)
         while k < min(len(previous), len(out)) and previous[k] == out[k]:
             k += 1  # an equal message is the same bytes on the wire
-        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
-        return {"messages": k, "tokens": tokens, "previous_messages": len(previous)}
+        return k
 
     def _keep_originals(
         self, view: Sequence[Message], targets: Sequence[Target]
@@ -759,6 +942,37 @@ class Compactor:
                 self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
                 force, needs,
             )
+
+
+class _Once(Generic[T]):
+    """A value computed on the first call and kept."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute: Callable[[], T] | None = compute
+        self._value: T | None = None
+
+    def __call__(self) -> T:
+        if self._compute is not None:
+            self._value, self._compute = self._compute(), None
+        return self._value  # type: ignore[return-value]  # set on the first call
+
+
+def _kept_only(out: Sequence[Message], view: Sequence[Message]) -> bool:
+    """True when every message of ``out`` is one of ``view``'s own objects."""
+    present = set(map(id, view))
+    return all(id(m) in present for m in out)
+
+
+def _counted_targets(
+    targets: tuple[Target, ...], view: Sequence[Message], counter: TokenCounter
+) -> tuple[Target, ...]:
+    """``targets`` with the exact count of each original: a policy that decided from bounds
+    may have given a message nothing counted its bound."""
+    count = counter.count_message
+    return tuple(
+        t if not 0 <= t.index < len(view) or (n := count(view[t.index])) == t.original_tokens
+        else replace(t, original_tokens=n)
+        for t in targets)
 
 
 def _checked_input(messages: Sequence[Message]) -> list[Message]:

@@ -2,6 +2,10 @@
 
 When the next input extends the previous one, the previous output is the prefix of the
 next: only the new messages need counting and checking, and the prefix stays byte-stable.
+
+The prefix's token figure is exact, or an upper bound when the call that made it sent a
+history it had no need to count (:func:`~contextfold._counting.counters.count_within`);
+a bound is tightened, by counting newest first, only when it crosses the trigger.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ class Plan:
     """The messages added since the previous input; ``None`` when the call started over."""
     new_tokens: int | None
     """Tokens of the new messages; ``None`` when the call started over."""
+    estimate: int
+    """Tokens of what the call works on (messages with priming, plus ``fixed``): exact
+    when ``exact``, else an upper bound."""
+    exact: bool
     force: bool
     """Compact regardless of the trigger."""
     needs: bool
@@ -62,7 +70,8 @@ class Prefix:
         self.primed = False
         self.seen: list[Message] = []
         self.out: tuple[Message, ...] = ()
-        self.out_tokens = 0
+        self.out_tokens = 0  # of ``out``, reply priming included
+        self.out_exact = True  # False: ``out_tokens`` is an upper bound
         self.out_valid = False
         self.call_ids: set[str] = set()
         self.fixed = 0
@@ -100,24 +109,32 @@ class Prefix:
                 return False
         return all(p.code in APPENDABLE for p in validate(new))
 
-    def append(self, new: Sequence[Message], new_tokens: int) -> tuple[Message, ...]:
-        """Extend the output with ``new`` (checked with :meth:`appendable`); return it."""
+    def append(
+        self, new: Sequence[Message], tokens: int, exact: bool
+    ) -> tuple[Message, ...]:
+        """Extend the output with ``new`` (checked with :meth:`appendable`), whose tokens
+        with the prefix's are now ``tokens`` (exact or a bound); return it."""
         self.out = self.out + tuple(new)
-        self.out_tokens += new_tokens
+        self.out_tokens, self.out_exact = tokens, exact
         self.call_ids.update(c.id for m in new for c in m.tool_calls)
         return self.out
 
     def remember(
         self, messages: Sequence[Message] | None, out: Sequence[Message], fixed: int,
-        counter: TokenCounter,
+        counter: TokenCounter, *, tokens: int | None = None, exact: bool = True,
+        valid: bool | None = None,
     ) -> None:
         """Keep ``out`` as the next prefix; ``messages`` is the new snapshot when the call
-        started over (``None``: the snapshot was already extended)."""
+        started over (``None``: the snapshot was already extended). ``tokens`` is what the
+        call knows of ``out``'s count (a bound unless ``exact``; counted when ``None``),
+        ``valid`` whether the call found ``out`` valid (checked when ``None``)."""
         if messages is not None:
             self.seen = list(messages)
         self.primed = True
         self.fixed = fixed
         self.out = tuple(out)
-        self.out_tokens = counter.count_messages(self.out)
-        self.out_valid = not validate(self.out)
+        if tokens is None:
+            tokens, exact = counter.count_messages(self.out), True
+        self.out_tokens, self.out_exact = tokens, exact
+        self.out_valid = not validate(self.out) if valid is None else valid
         self.call_ids = {c.id for m in self.out for c in m.tool_calls}

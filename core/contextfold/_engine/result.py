@@ -1,14 +1,61 @@
-"""What a compaction returns: the messages and a report of what was done."""
+"""What a compaction returns: the messages and a report of what was done.
+
+A report's token figures are exact, and computed when first read when the call itself
+did not need them: a call on a long history nothing has counted yet (a resumed thread)
+decides from cheap upper bounds (:func:`~contextfold._counting.counters.count_within`)
+and tokenizes only what it sends or must weigh; the exact count of ``tokens_before``,
+``tokens_after``, the ``targets``' original sizes and the ``details`` built from them is
+left to whoever reads them (the overflow retry does; an agent step that only sends does
+not).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .._messages.model import Message
 from .._policies.contract import Target
 
-__all__ = ["CompactionReport", "CompactionResult"]
+__all__ = ["CompactionReport", "CompactionResult", "on_read"]
+
+T = TypeVar("T")
+
+
+class _Later:
+    """A figure computed on first read (see :func:`on_read`)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self.compute = compute
+
+
+def on_read(compute: Callable[[], T]) -> T:
+    """A report figure computed by ``compute`` when first read (then kept), for the fields
+    of :class:`CompactionReport` that say so: ``tokens_before``, ``tokens_after``,
+    ``targets`` and ``details``."""
+    return cast(T, _Later(compute))
+
+
+class _ReadOnce:
+    """A data descriptor holding a field's value in the instance dict; a :class:`_Later`
+    value is computed on the first read and replaced by its result."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self.name)  # no class-level default
+        value = obj.__dict__[self.name]
+        if isinstance(value, _Later):
+            value = obj.__dict__[self.name] = value.compute()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = value
 
 
 @dataclass(frozen=True)
@@ -16,9 +63,10 @@ class CompactionReport:
     """Figures of one compaction (the threshold design's compaction card)."""
 
     tokens_before: int
-    """Input tokens (messages plus fixed parts) before compaction."""
+    """Input tokens (messages plus fixed parts) before compaction. Exact; counted when first
+    read when the call did not need it (see the module docstring)."""
     tokens_after: int
-    """Input tokens after compaction."""
+    """Input tokens after compaction: exact, like ``tokens_before``."""
     messages_before: int
     """Number of messages before."""
     messages_after: int
@@ -26,7 +74,8 @@ class CompactionReport:
     method: str
     """What the policy did (``"none"`` when nothing was needed)."""
     targets: tuple[Target, ...] = ()
-    """Each changed message with its original and new size."""
+    """Each changed message with its original and new size (exact; counted when first read
+    when the call decided from bounds, like ``tokens_before``)."""
     llm_calls: int = 0
     """Summarizer calls made (cache hits excluded)."""
     duration: float = 0.0
@@ -38,7 +87,12 @@ class CompactionReport:
     notes: tuple[str, ...] = ()
     """Remarks from the policy and the summarizer (fallbacks, verification)."""
     details: dict[str, Any] = field(default_factory=dict)
-    """Policy-specific figures (tier budgets, residuals, usage breakdown...)."""
+    """Policy-specific figures (tier budgets, residuals, usage breakdown...); built when
+    first read when its token figures were (see ``tokens_before``)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Figures not read yet are computed: what is pickled or copied holds values.
+        return {name: getattr(self, name) for name in self.__dict__}
 
     @property
     def tokens_saved(self) -> int:
@@ -49,6 +103,10 @@ class CompactionReport:
     def changed(self) -> bool:
         """True when the messages differ from the input."""
         return self.method != "none" or bool(self.repairs)
+
+
+for _name in ("tokens_before", "tokens_after", "targets", "details"):
+    setattr(CompactionReport, _name, _ReadOnce(_name))
 
 
 @dataclass(frozen=True)

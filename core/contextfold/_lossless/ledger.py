@@ -296,7 +296,9 @@ def with_handles(
     memo.keep_used()
     if not handles:
         return tuple(targets)
-    done = [replace(t, handle=handles[t.index]) if t.index in handles else t for t in targets]
+    done = [t if t.index not in handles else Target(  # (dataclasses.replace, unrolled)
+        t.index, t.role, t.method, t.original_tokens, t.new_tokens, t.tool_name,
+        handles[t.index]) for t in targets]
     done.extend(sorted(dropped, key=lambda t: t.index))
     return tuple(done)
 

@@ -129,11 +129,26 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True)
+class _NewId(str):
+    """The default of ``Message.id``: a fresh id is made (``uuid4().hex``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<a new uuid4 hex>"
+
+
+_NEW_ID = _NewId()
+
+
+@dataclass(frozen=True, init=False)
 class Message:
     """One message of a conversation.
 
     Equality compares content, not the ``id``: the same message converted twice is equal.
+    A message that a provider could not take (an unknown role, a tool call on a user
+    message, a field of the wrong type) raises :class:`~contextfold.ConversionError` when
+    it is built, naming the field.
     """
 
     role: Role
@@ -159,7 +174,39 @@ class Message:
     id: str = field(default_factory=_new_id, compare=False)
     """A stable identifier; kept through stores and adapters, ignored by equality."""
 
+    def __init__(
+        self,
+        role: Role,
+        content: str | tuple[ContentPart, ...] = "",
+        tool_calls: tuple[ToolCall, ...] = (),
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        reasoning: str | None = None,
+        source: Source | None = None,
+        sender_id: str | None = None,
+        created_at: datetime | None = None,
+        metadata: Mapping[str, Any] = _EMPTY,
+        id: str = _NEW_ID,
+    ) -> None:
+        # Written out (not generated) because every converted message is built here: the
+        # fields go into the instance dict in one update instead of one frozen-dataclass
+        # ``object.__setattr__`` each, and the checks take one fast test when they pass.
+        if isinstance(content, list):
+            content = tuple(content)
+        if isinstance(tool_calls, list):
+            tool_calls = tuple(tool_calls)
+        self.__dict__.update(
+            role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
+            name=name, reasoning=reasoning, source=source, sender_id=sender_id,
+            created_at=created_at, metadata=metadata,
+            id=_new_id() if id is _NEW_ID else id,
+        )
+        _check(self)
+        self.__dict__["metadata"] = _freeze(metadata)
+
     def __post_init__(self) -> None:
+        # What ``__init__`` does after setting the fields, for a dataclass subclass whose
+        # generated ``__init__`` sets them and then calls this.
         if isinstance(self.content, list):
             object.__setattr__(self, "content", tuple(self.content))
         if isinstance(self.tool_calls, list):
@@ -272,8 +319,27 @@ class Message:
         return f"Message({', '.join(shown)})"
 
 
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=False)
+"""``json.dumps(..., sort_keys=True, default=str, ensure_ascii=False)`` with one encoder."""
+
+
+def _with_id(message: Message, new_id: str) -> Message:
+    """``dataclasses.replace(message, id=new_id)`` without building the message again: the
+    id takes no part in equality or in anything derived from the content, so the copy
+    keeps the checked fields and the derived values (fingerprint, counts) as they are."""
+    if not isinstance(new_id, str) or not new_id:
+        raise ConversionError(f"id must be a non-empty string, got {new_id!r}", field="id")
+    copy = object.__new__(Message)
+    copy.__dict__.update(message.__dict__)
+    copy.__dict__["id"] = new_id
+    derived = message.__dict__.get("_derived")
+    if derived is not None:
+        copy.__dict__["_derived"] = dict(derived)
+    return copy
+
+
 def _fingerprint(message: Message) -> str:
-    payload = json.dumps(_canonical(message), sort_keys=True, default=str, ensure_ascii=False)
+    payload = _CANONICAL_JSON.encode(_canonical(message))
     # "surrogatepass": text from JSON may hold a lone surrogate (half of a broken emoji),
     # which strict UTF-8 refuses; the hash only needs the same bytes for the same text.
     return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
@@ -295,9 +361,33 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _OPTIONAL_STR = ("name", "reasoning", "source", "sender_id")
 
 
+_NONE_OR_STR = (type(None), str)
+_PLAIN_MAPPINGS = (dict, MappingProxyType)
+
+
 def _check(m: Message) -> None:
     """Refuse a message a provider could not take, naming the field (at construction, so a
-    policy never meets one)."""
+    policy never meets one). One test for the common message, the detailed checks (which
+    name the field) when it fails."""
+    d = m.__dict__
+    role, content, calls, call_id = d["role"], d["content"], d["tool_calls"], d["tool_call_id"]
+    if (role in _ROLES and content.__class__ is str and calls.__class__ is tuple
+            and (not calls or (role == "assistant" and (
+                calls[0].__class__ is ToolCall if len(calls) == 1
+                else all(c.__class__ is ToolCall for c in calls))))
+            and (call_id is None or (role == "tool" and call_id.__class__ is str and call_id))
+            and d["name"].__class__ in _NONE_OR_STR and d["reasoning"].__class__ in _NONE_OR_STR
+            and d["source"].__class__ in _NONE_OR_STR
+            and d["sender_id"].__class__ in _NONE_OR_STR
+            and (d["created_at"] is None or d["created_at"].__class__ is datetime)
+            and d["metadata"].__class__ in _PLAIN_MAPPINGS
+            and d["id"].__class__ is str and d["id"]):
+        return
+    _check_fields(m)
+
+
+def _check_fields(m: Message) -> None:
+    """The checks of :func:`_check`, one field at a time, raising for the first that fails."""
     if m.role not in _ROLES:
         raise ConversionError(f"unknown role {m.role!r}; expected one of {sorted(_ROLES)}",
                               field="role")
@@ -337,21 +427,21 @@ def _check(m: Message) -> None:
 
 
 def _canonical(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in fields(message):
-        if not f.compare:
-            continue
-        value = getattr(message, f.name)
-        if f.name == "content" and not isinstance(value, str):
-            value = [_part_dict(p) for p in value]
-        elif f.name == "tool_calls":
-            value = [[c.id, c.name, c.arguments] for c in value]
-        elif f.name == "metadata":
-            value = dict(value)
-        elif isinstance(value, datetime):
-            value = value.isoformat()
-        out[f.name] = value
-    return out
+    """Every compared field (not ``id``) as JSON-ready values: the fingerprint's payload."""
+    d = message.__dict__
+    content, created = d["content"], d["created_at"]
+    return {
+        "role": d["role"],
+        "content": content if isinstance(content, str) else [_part_dict(p) for p in content],
+        "tool_calls": [[c.id, c.name, c.arguments] for c in d["tool_calls"]],
+        "tool_call_id": d["tool_call_id"],
+        "name": d["name"],
+        "reasoning": d["reasoning"],
+        "source": d["source"],
+        "sender_id": d["sender_id"],
+        "created_at": created.isoformat() if isinstance(created, datetime) else created,
+        "metadata": dict(d["metadata"]),
+    }
 
 
 def _part_dict(part: ContentPart) -> dict[str, Any]:

@@ -105,7 +105,9 @@ class Target:
     method: str
     """What was done: ``"truncated"``, ``"summarized"``, ``"dropped"``, ``"image_stripped"``..."""
     original_tokens: int
-    """Tokens of the original."""
+    """Tokens of the original. A policy may give an upper bound for a message it dropped
+    without counting it (``TruncationPolicy`` does, for a history nothing had counted);
+    the Compactor's report counts every original exactly."""
     new_tokens: int
     """Tokens of what replaced it (0 when it was dropped or folded into a summary)."""
     tool_name: str | None = None

@@ -28,20 +28,24 @@ suffix of groups, which may start with an assistant tool loop of a long-running 
 ``BudgetExceededError`` is raised only when the system messages plus the most recent
 group (with its prompt, and its tool results cut down to their labels) do not fit.
 
-Cost: one pass over the messages to find the groups, whose sizes come from the counter's
-running totals (counts cached per message, sums memoized per sequence), one backward pass
-over the groups, and one count of the output. Nothing is recounted in a loop.
+Cost: one pass over the messages to find the groups, one backward pass over the groups
+and one count of the output; nothing is recounted in a loop. Only what the plan reads is
+tokenized: whether the input fits is decided from upper bounds
+(:func:`~contextfold._counting.counters.count_within`), and a group's size is counted
+when the plan reaches it, newest first, so a long history that nothing has counted yet
+costs the tokens of what is kept (and of the turn's prompt), not of all of it. The
+``original_tokens`` of a message dropped uncounted is its bound in the policy's outcome;
+the Compactor's report counts it exactly when its targets are first read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from itertools import accumulate, pairwise
 from typing import Literal
 
 from .._config import check
-from .._counting.counters import TokenCounter
+from .._counting.counters import TokenCounter, count_within, token_bounds
 from .._lossless.ledger import Ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
@@ -58,6 +62,26 @@ _ROUNDS = 4  # water-filling rounds when cutting the last group's tool results
 _RETRIES = 5  # re-plans when a counter's totals are not the sum of its message counts
 
 
+class _Sizes:
+    """The token counts of a history's groups, each counted when first read (the plan reads
+    the newest groups, the prompts it keeps and the head: rarely all of them)."""
+
+    def __init__(self, messages: Sequence[Message], bounds: list[int],
+                 count: Callable[[Message], int]) -> None:
+        self._messages, self._bounds, self._count = messages, bounds, count
+        self._known: list[int | None] = [None] * (len(bounds) - 1)
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def __getitem__(self, g: int) -> int:
+        size = self._known[g]
+        if size is None:
+            a, b = self._bounds[g], self._bounds[g + 1]
+            size = self._known[g] = sum(map(self._count, self._messages[a:b]))
+        return size
+
+
 @dataclass(frozen=True)
 class _Layout:
     """The groups of a history as index ranges, with their token counts."""
@@ -66,10 +90,8 @@ class _Layout:
     """Leading system/developer messages."""
     bounds: list[int]
     """Start of each group after the system messages, then ``len(messages)``."""
-    totals: Sequence[int]
-    """Running message counts: ``totals[i]`` is the tokens of ``messages[:i]``."""
-    sizes: list[int]
-    """Tokens of each group."""
+    sizes: _Sizes
+    """Tokens of each group (counted when read)."""
     need: list[int]
     """For each group, the user-headed group that must come before it when it is the
     first one kept (its turn's prompt); -1 for a user message or when there is none."""
@@ -127,9 +149,10 @@ class TruncationPolicy(SimplePolicy):
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Keep the system messages and the newest groups (and the task prompt) that fit."""
         counter = context.counter
-        if context.input_tokens(messages) <= context.budget.input_budget and not context.force:
+        if not context.force and _fits(messages, context):
             return PolicyOutcome(messages=messages)
-        limit = self._limit(context, context.measure(messages))
+        known = context.known_tokens
+        limit = self._limit(context, context.measure(messages) if known else 0)
         layout = _layout(messages, counter)
         # The empty request's priming and the system messages.
         base = counter.count_messages(messages[: layout.n_sys])
@@ -242,7 +265,7 @@ class TruncationPolicy(SimplePolicy):
         limit: int,
     ) -> PolicyOutcome:
         """The outcome with a target per dropped or cut message, in input order."""
-        found = _dropped(messages, layout, plan)
+        found = _dropped(messages, layout, plan, context.counter)
         dropped = len(found)
         if plan.tail is not None:
             start, count = layout.bounds[-2], context.counter.count_message
@@ -270,9 +293,19 @@ class TruncationPolicy(SimplePolicy):
         )
 
 
+def _fits(messages: Sequence[Message], context: CompactionContext) -> bool:
+    """Whether the input fits the budget (``context.input_tokens`` within it), tokenizing
+    only what the decision needs."""
+    known = context.known_tokens
+    if known is not None and known > context.budget.input_budget:
+        return False
+    figure, _ = count_within(context.counter, messages, context.available)
+    return figure <= context.available
+
+
 def _layout(messages: Sequence[Message], counter: TokenCounter) -> _Layout:
-    """Group ranges (as ``split_groups`` draws them) and their sizes, in one pass."""
-    totals = _running_totals(counter, messages)
+    """Group ranges (as ``split_groups`` draws them) and their sizes (counted when read),
+    in one pass."""
     n_sys = leading_system_count(messages)
     bounds: list[int] = []
     i, n = n_sys, len(messages)
@@ -283,7 +316,7 @@ def _layout(messages: Sequence[Message], counter: TokenCounter) -> _Layout:
             while i < n and messages[i].role == "tool":
                 i += 1
     bounds.append(n)
-    sizes = [totals[b] - totals[a] for a, b in pairwise(bounds)]
+    sizes = _Sizes(messages, bounds, counter.count_message)
     need: list[int] = []
     last_user = -1
     for g, start in enumerate(bounds[:-1]):
@@ -292,20 +325,11 @@ def _layout(messages: Sequence[Message], counter: TokenCounter) -> _Layout:
             last_user = g
         else:
             need.append(last_user)
-    return _Layout(n_sys, bounds, totals, sizes, need)
-
-
-def _running_totals(counter: TokenCounter, messages: Sequence[Message]) -> Sequence[int]:
-    """``totals[i]`` = tokens of ``messages[:i]``; from the counter's memo when it has one."""
-    running = getattr(counter, "running_totals", None)
-    if running is not None:
-        totals: Sequence[int] = running(messages)
-        return totals
-    return list(accumulate(map(counter.count_message, messages), initial=0))
+    return _Layout(n_sys, bounds, sizes, need)
 
 
 def _newest_that_fit(
-    sizes: Sequence[int], need: Sequence[int], first: int, allowance: int
+    sizes: _Sizes, need: Sequence[int], first: int, allowance: int
 ) -> _Plan | None:
     """The plan keeping groups ``start..`` for the smallest ``start >= first`` that fits
     together with the prompt its first group needs; ``None`` when not even the last does.
@@ -341,10 +365,13 @@ def _assemble(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list
     return out
 
 
-def _dropped(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[Target]:
+def _dropped(
+    messages: Sequence[Message], layout: _Layout, plan: _Plan, counter: TokenCounter
+) -> list[Target]:
     """A ``"dropped"`` target for every message of the groups before ``plan.start`` that
-    are neither the head nor the prompt, in input order."""
-    bounds, totals = layout.bounds, layout.totals
+    are neither the head nor the prompt, in input order; a message nothing counted carries
+    its bound (:func:`~contextfold._counting.counters.token_bound`), not a count."""
+    bounds = layout.bounds
     ranges: list[tuple[int, int]] = []
     cursor = bounds[0] if bounds else 0
     for g in sorted(g for g in (plan.head, plan.prompt) if g is not None):
@@ -353,11 +380,12 @@ def _dropped(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[
     ranges.append((cursor, bounds[plan.start] if bounds else 0))
     found: list[Target] = []
     append = found.append
+    figures = token_bounds(counter, messages)
     for a, b in ranges:
         for i in range(a, b):
             m = messages[i]
             tool = m.name if m.role == "tool" else None
-            append(Target(i, m.role, "dropped", totals[i + 1] - totals[i], 0, tool))
+            append(Target(i, m.role, "dropped", figures[i], 0, tool))
     return found
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from .._config import Ge, check
-from .._counting.counters import TokenCounter
+from .._counting.counters import TokenCounter, text_over
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
 from .identifiers import head_and_tail, identifiers_of
@@ -106,7 +106,12 @@ class ExtractiveSummarizer:
         text = self._render(sections)
         if request.max_tokens is None:
             return text
-        size = self._size(text)
+        # A text far over the size is not counted whole: an exact count of its start shows
+        # it is over, and the trimming only needs to know by about how much (it counts
+        # what it keeps).
+        over = None if self.counter is None else text_over(self.counter, text,
+                                                            request.max_tokens)
+        size = over if over is not None else self._size(text)
         return text if size <= request.max_tokens else self._fit(
             sections, request.max_tokens, text, size
         )

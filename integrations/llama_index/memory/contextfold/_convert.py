@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +35,7 @@ from llama_index.core.base.llms.types import (
 from pydantic import TypeAdapter
 
 from contextfold import ConversionError, ImagePart, Message, TextPart, ToolCall
-from contextfold.integration import at_index
+from contextfold.integration import with_stable_id
 from contextfold.policy import ContentPart, OpaquePart, Role
 
 from ._images import image_size
@@ -73,6 +74,15 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
     Raises:
         ConversionError: the message is not a ``ChatMessage`` or has an unknown role.
     """
+    return _converted(message, index, None)
+
+
+PENDING_ID = "cf-pending"
+"""The id of a converted message that is about to get its stable one (no uuid made)."""
+
+
+def _converted(message: ChatMessage, index: int | None, message_id: str | None) -> Message:
+    """:func:`message_from_llama_index` with ``message_id`` (default a new uuid)."""
     if not isinstance(message, ChatMessage):
         raise ConversionError(
             f"expected llama_index ChatMessage, got {type(message).__name__}", index=index
@@ -118,7 +128,7 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
         extras["kwargs"] = kept
     if "tool_calls" in kept:
         extras["calls_sig"] = _calls_sig(calls)
-    with at_index(index):
+    try:
         return Message(
             role=role,
             content=content,
@@ -127,7 +137,12 @@ def message_from_llama_index(message: ChatMessage, *, index: int | None = None) 
             name=name,
             reasoning=reasoning,
             metadata={**_own_metadata(kwargs), **({META_KEY: extras} if extras else {})},
+            id=message_id or uuid.uuid4().hex,  # Message's own default
         )
+    except ConversionError as exc:  # name the position (as ``at_index`` does)
+        if exc.index is not None or index is None:
+            raise
+        raise ConversionError(exc.reason, index=index, field=exc.field) from exc
 
 
 PIN_KEY = "contextfold"
@@ -155,6 +170,12 @@ def pin(message: ChatMessage) -> ChatMessage:
     section["metadata"] = {**(section.get("metadata") or {}), "pinned": True}
     kwargs[PIN_KEY] = section
     return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def stably_identified(message: ChatMessage, position: int) -> Message:
+    """One message at a position of a conversation, with the stable id ``stable_id`` gives
+    it there (``ChatMessage`` has none of its own)."""
+    return with_stable_id(position, _converted(message, position, PENDING_ID))
 
 
 def from_llama_index(messages: Iterable[ChatMessage]) -> list[Message]:
@@ -188,7 +209,7 @@ def _block_in(
             arguments = block.tool_kwargs
             form["str"] = True
         else:
-            arguments = json.dumps(block.tool_kwargs, ensure_ascii=False, default=str)
+            arguments = _ARGUMENTS.encode(block.tool_kwargs)
         if block.tool_call_id is None:
             form["no_id"] = True
         # A block without an id (some integrations send none) gets one that depends only on
@@ -255,10 +276,18 @@ def _part_token(part: ContentPart) -> str:
     return "opaque"
 
 
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``json.dumps(kwargs, ensure_ascii=False, default=str)`` with one encoder."""
+_SCALARS = frozenset({str, int, bool, type(None)})  # (a float may be NaN: pydantic's job)
+
+
 def _json_kwargs(message: ChatMessage) -> dict[str, Any]:
     """``additional_kwargs`` as JSON values (provider objects dumped to dicts)."""
-    if not message.additional_kwargs:
+    kwargs = message.additional_kwargs
+    if not kwargs:
         return {}
+    if all(k.__class__ is str and v.__class__ in _SCALARS for k, v in kwargs.items()):
+        return dict(kwargs)  # already JSON values (a tool result's call id and name)
     try:
         dumped = message.model_dump(mode="json", include={"additional_kwargs"})
         value = dumped["additional_kwargs"]

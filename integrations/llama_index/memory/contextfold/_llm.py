@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -49,13 +48,12 @@ from contextfold.integration import (
     View,
     is_context_overflow,
     opening_key,
-    stable_id,
 )
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
 
 from ._budget import budget_of
-from ._convert import message_from_llama_index, message_to_llama_index
+from ._convert import message_to_llama_index, stably_identified
 from ._instrumentation import forward_event
 from ._tools import tool_definitions
 
@@ -72,8 +70,7 @@ _OPENING = 4  # enough to reach the first prompt after a few system messages
 def to_core(message: ChatMessage, position: int) -> cf.Message:
     """One message at a position of the conversation, with a stable id (``ChatMessage`` has
     none of its own)."""
-    core = message_from_llama_index(message, index=position)
-    return replace(core, id=stable_id(position, core))
+    return stably_identified(message, position)
 
 
 def reported_usage(response: ChatResponse) -> tuple[int | None, int | None]:

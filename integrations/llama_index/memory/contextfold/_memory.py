@@ -252,8 +252,11 @@ class CompactingMemory(BaseMemory):
     def put_messages(self, messages: list[ChatMessage]) -> None:
         """Append messages in one store transaction (the list is not modified)."""
         converted = from_llama_index(messages)
-        history = self._loaded()
-        self.store.append(self.session_id, converted)
+        parts, session = self._parts, self.session_id  # (private attributes cost a lookup)
+        history = parts.histories.get(session)
+        if history is None:
+            history = self._loaded()
+        parts.store.append(session, converted)
         history.extend(converted)
 
     async def aput_messages(self, messages: list[ChatMessage]) -> None:
