@@ -105,6 +105,45 @@ def langchain(summary_seconds: float, count: int,
     return loop(call, to_langchain, count, model_seconds)
 
 
+def middleware(summary_seconds: float, count: int,
+               model_seconds: float) -> tuple[list[float], list[float]]:
+    """contextfold's ``CompactionMiddleware`` as ``create_agent`` runs it, its summaries made
+    by a chat model that takes ``summary_seconds``; the agent's model answers at once (its
+    own latency is the loop's pause), so the time is the hook's."""
+    from langchain.agents.middleware import ModelRequest, ModelResponse
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from bench_counting import to_langchain
+    from langchain_contextfold import ChatModelSummarizer, CompactionMiddleware
+
+    class SlowModel(GenericFakeChatModel):
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(summary_seconds)
+            return super()._generate(*args, **kwargs)
+
+    summaries = SlowModel(messages=iter(["TASK: list the refs\nDATA: see the ledger"] * 100))
+    hook = CompactionMiddleware(policy=cf.ThresholdPolicy(),
+                                budget=cf.Budget(context_window=WINDOW), counter=COUNTER,
+                                summarizer=ChatModelSummarizer(summaries,
+                                                               max_input_tokens=None))
+    reply = ModelResponse(result=[AIMessage("ok")])
+    agent = GenericFakeChatModel(messages=iter(["ok"]))
+    compacted: list[bool] = []
+
+    def handler(request: ModelRequest) -> ModelResponse[Any]:
+        compacted.append(len(request.messages) < len(request.state["messages"]))
+        return reply
+
+    def call(history: list[Any]) -> bool:
+        hook.wrap_model_call(ModelRequest(model=agent, messages=history[1:],
+                                          system_message=history[0], tools=[],
+                                          state={"messages": history[1:]}), handler)
+        return compacted[-1] and not (len(compacted) > 1 and compacted[-2])
+
+    return loop(call, to_langchain, count, model_seconds)
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run.py``: the slowest crossing call and the median other call,
     prepared ahead, made on the spot, and LangChain's, in the same process."""
@@ -113,11 +152,13 @@ def run(quick: bool) -> list[dict[str, Any]]:
     count = 140
     prepared = ours(0.6, summary_seconds, count, model_seconds)
     on_the_spot = ours(None, summary_seconds, count, model_seconds)
+    through_langchain = middleware(summary_seconds, count, model_seconds)
     peer = langchain(summary_seconds, count, model_seconds)
     label = f"summary takes {summary_seconds:g} s"
     rows: list[dict[str, Any]] = []
     for name, (crossing, _) in (("prepared ahead (default)", prepared),
-                                ("without preparing (prepare=None)", on_the_spot)):
+                                ("without preparing (prepare=None)", on_the_spot),
+                                ("CompactionMiddleware, prepared ahead", through_langchain)):
         rows.append({"name": f"call crossing the trigger, {name}, {label}",
                      "ours": round(max(crossing), 1), "peer": round(max(peer[0]), 1),
                      "unit": "ms", "notes": f"{len(crossing)} crossing calls; peer: "

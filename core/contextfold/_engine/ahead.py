@@ -25,6 +25,7 @@ policies rebuild at every call); the extractive summarizer needs no preparing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import operator
 import threading
 import time
@@ -67,7 +68,9 @@ class Prepared:
 
 def prepare_in_thread(prepared: Prepared, run: Callable[[], PolicyOutcome]) -> Prepared:
     """Run ``run`` in a daemon thread (it never holds up the interpreter's exit) and settle
-    ``prepared.future`` with its outcome or error."""
+    ``prepared.future`` with its outcome or error. The thread runs in a copy of the caller's
+    context, so a framework's callbacks and the current trace span see the summary calls
+    as part of the run that started them."""
 
     def work() -> None:
         if not prepared.future.set_running_or_notify_cancel():
@@ -77,7 +80,9 @@ def prepare_in_thread(prepared: Prepared, run: Callable[[], PolicyOutcome]) -> P
         except BaseException as exc:  # handed to whoever takes the result
             prepared.future.set_exception(exc)
 
-    threading.Thread(target=work, name="contextfold-prepare", daemon=True).start()
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(work,), name="contextfold-prepare",
+                     daemon=True).start()
     return prepared
 
 

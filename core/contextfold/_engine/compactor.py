@@ -339,7 +339,7 @@ class Compactor:
         """
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         if isinstance(plan, CompactionResult):
-            self._prepare_ahead(plan, in_loop=False)
+            self._prepare_ahead(in_loop=False)
             return plan
         prepared = self._prepared_for(plan)
         if prepared is not None:
@@ -358,7 +358,7 @@ class Compactor:
         """The async form of :meth:`compact` (summaries are awaited)."""
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         if isinstance(plan, CompactionResult):
-            self._prepare_ahead(plan, in_loop=True)
+            self._prepare_ahead(in_loop=True)
             return plan
         prepared = self._prepared_for(plan)
         if prepared is not None:
@@ -785,19 +785,23 @@ class Compactor:
 
     # -- ahead of time ----------------------------------------------------------------
 
-    def _prepare_ahead(self, appended: CompactionResult, *, in_loop: bool) -> None:
+    def _prepare_ahead(self, *, in_loop: bool) -> None:
         """Start the next compaction in the background when an appended call passed
         ``budget.prepare`` (see :mod:`.ahead`). It aims below the target by what the
         conversation must still grow to reach the trigger, so the call that crosses it
         lands at the target."""
-        budget, summarizer = self.budget, self.summarizer
+        budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
         if (mark is None or self._prepared is not None or self.policy.always_run
                 or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
-                or not self._prefix.out_valid):
+                or not prefix.out_valid):
             return
-        report = appended.report
-        effective = max(report.tokens_after, report.details.get("known_tokens") or 0)
+        known = None if self._known is None else self._known + self._since
+        effective = max(prefix.out_tokens + prefix.fixed, known or 0)
+        if effective <= mark:
+            return
+        if not prefix.out_exact:  # past the mark by a bound: the exact figure decides
+            effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
         aim = budget.target_tokens - (budget.trigger_tokens - effective)
         if not mark < effective <= budget.trigger_tokens or aim < budget.input_budget // 10:
             return
@@ -805,11 +809,11 @@ class Compactor:
         # real one (a forced run would read as an overflow).
         ahead = replace(budget, trigger=(effective - 1) / budget.input_budget,
                         target=aim / budget.input_budget)
-        snapshot = self._prefix.out
+        snapshot = prefix.out
         service = self._service(self.counter)
         context = CompactionContext(
-            budget=ahead, counter=self.counter, known_tokens=report.details.get("known_tokens"),
-            fixed_tokens=self._prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
+            budget=ahead, counter=self.counter, known_tokens=known,
+            fixed_tokens=prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
             store=self.store, conversation_id=self.conversation_id, references=self.references,
         )
         prepared = Prepared(snapshot, service)
