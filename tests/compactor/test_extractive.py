@@ -137,6 +137,35 @@ def test_max_tokens_shortens_remaining_before_dropping_data(counter: cf.TokenCou
     assert len(_section(short, "REMAINING")) < 25
 
 
+def test_session_markers_and_nudges_are_never_the_task() -> None:
+    from contextfold.prompts import session_started_marker
+
+    span = [cf.Message(role="user", content="Book a table for four at Lucca."),
+            cf.Message(role="assistant", content="Booked for 8 pm."),
+            session_started_marker(role="user"),
+            cf.Message(role="user", content="Continue.", source="nudge")]
+    text = _summary(span)
+    assert text.startswith("TASK: Book a table for four at Lucca.\n")
+    assert "earlier request" not in text and "Session started" not in text.split("DATA")[0]
+
+
+def test_max_tokens_drops_earlier_requests_before_data(counter: cf.TokenCounter) -> None:
+    span = []
+    for k in range(4):
+        span += [cf.Message(role="user", content=f"Please look into thing number {k} for me, "
+                            "there is no hurry at all, whenever you have the time."),
+                 cf.Message(role="assistant", content="Done.")]
+    span.append(cf.Message(role="user", content="The order is ORD-4417 and the ref is QX-77A1."))
+    full = _summary(span)
+    assert full.count("earlier request") == 3
+    request = SummaryRequest(messages=tuple(span), instructions="",
+                             max_tokens=counter.count_text(full) - 40)
+    short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert counter.count_text(short) <= request.max_tokens
+    assert short.count("earlier request") < 3
+    assert {"- ORD-4417", "- QX-77A1"} <= set(_section(short, "DATA"))
+
+
 def test_deterministic_and_an_earlier_summary_is_merged() -> None:
     messages = _briefing()
     first = _summary(messages[:6])

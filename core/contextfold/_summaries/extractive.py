@@ -4,7 +4,8 @@ Deterministic and linear in the input. It writes the sections of the threshold d
 errors::
 
     TASK: the latest user request (the conversation's open one when the policy names it),
-          then the earlier requests as items, newest first (at most three)
+          then the earlier requests as items, newest first (at most three); session
+          markers, nudges and other synthetic user messages are never requests
     PROGRESS: numbered completed tool steps, each with the tool and its key result
     REMAINING: what the latest request asks that has no result yet (best effort; says so);
                never "none" while the conversation's latest request is unanswered
@@ -29,6 +30,7 @@ from .._config import Ge, check
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
+from .._policies.prompt_source import prompt_kind
 from .identifiers import head_and_tail, identifiers_of
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]
@@ -83,7 +85,8 @@ class ExtractiveSummarizer:
 
     The default summarizer when none is given, and the fallback when an LLM summarizer
     fails. ``request.max_tokens`` is respected roughly: PROGRESS is trimmed first, then
-    DECISIONS, ERRORS, the task and REMAINING; DATA only when nothing else is left.
+    DECISIONS, ERRORS, the task and REMAINING, then the earlier requests; DATA only when
+    nothing else is left.
 
     Args:
         counter: measures ``max_tokens``; default an estimate of 3 characters per token.
@@ -132,7 +135,7 @@ class ExtractiveSummarizer:
                 s.data.setdefault(value, None)
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)
-            if m.role == "user" and m.source != "nudge":
+            if prompt_kind(m) is not None:  # a real prompt, not a marker or a nudge
                 self._new_task(s, m.text)
                 last_request, steps_since, answered_since = i, 0, False
             if m.role in ("user", "assistant"):
@@ -257,7 +260,8 @@ class ExtractiveSummarizer:
         return math.ceil(len(text) / 3)
 
     def _fit(self, s: _Sections, max_tokens: int, text: str, size: int) -> str:
-        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then DATA, to fit."""
+        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then the earlier
+        requests, then DATA, to fit."""
         steps = data = 0
         margin = 0.97
         for _ in range(4):  # the first pass nearly always fits: sizes scale with characters
@@ -292,6 +296,10 @@ def _trim(s: _Sections, excess: int) -> tuple[int, int]:
             s.remaining[i] = _short(item, 200)
     _, excess = _drop(s.remaining, excess, keep_first=1)
     more_steps, excess = _drop(s.progress, excess)
+    # Earlier requests were asked and answered; the identifiers are what cannot be recovered
+    # from the words of the conversation that stays in view.
+    while excess > 0 and s.earlier:
+        excess -= len(s.earlier.pop()) + 20
     omitted_data = 0
     while excess > 0 and s.data:
         excess -= len(s.data.popitem()[0]) + 3
