@@ -8,13 +8,19 @@ towards ``budget.target``:
    ``residual_max_percent`` of the messages and ``residual_budget_share`` of the budget,
    the lowest-scoring demoted first. A residual keeps its whole atomic group (a tool result
    keeps its call and the call's other results); pinned messages are kept the same way;
-2. the other groups go to tiers by recency: the last ``tier0_size`` messages raw, up to
-   ``tier1_size`` in tier 1 (70% of the detail), up to ``tier2_size`` in tier 2 (40%), the
-   rest in tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
+2. the other groups go to tiers by recency, sized by the budget (:mod:`.tier_spans`):
+   tier 0 holds the newest groups raw, as many as fit the allocation it gets once tiers
+   1-3 took what they need of the rest (at least the newest group; the design's last
+   ``tier0_size`` messages when they fit, and more when the budget holds more); tier 1
+   (70% of the detail) and tier 2 (40%) keep the design's widths in messages (up to
+   ``tier1_size`` and ``tier2_size`` from the end) and start where tier 0 ends; the rest
+   is tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
    call is never split from its results;
 3. the budget is allocated (:func:`allocate_budget`): fixed parts, safety margin, residuals,
-   then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. When tier 0's
-   raw messages exceed its share, its oldest groups move to tier 1 (the newest stays);
+   then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. A tier needs
+   its header and its preserved share, and carries the summaries of earlier passes it
+   holds whole (condensing them again by its preservation would shrink old history
+   geometrically, pass after pass);
 4. each non-empty tier is summarized with its own instructions (one request per tier,
    ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache); a summary larger than
    its allocation, or a failed one, is shrunk by keyword-preserving truncation, no LLM;
@@ -22,10 +28,8 @@ towards ``budget.target``:
    message, ``source="summary"``) where the tier's first message was, residuals in place,
    tier 0 raw at the end.
 
-Budget the plan leaves under the target (tier 0 using less than its share) goes to the
-tier summaries, most recent tier first, each up to its preserved share: the tiered design gives the
-tiers' unused budget to tier 0, this gives tier 0's back, so a summary is not squeezed to
-its header while the budget sits unused.
+Budget the plan leaves under the target (the next group is too big for what tier 0 has
+left) goes to the tier summaries, most recent tier first, each up to what it needs.
 
 When even that does not fit the input budget, residual groups are demoted (lowest score
 first) into their tiers; then one tier holds every group but the newest (one header, its
@@ -64,6 +68,7 @@ from .importance import (
     score_messages,
 )
 from .prompt_source import open_request
+from .tier_spans import Recency, TierSizes
 
 __all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "TieredPolicy"]
 
@@ -94,9 +99,11 @@ class TieredPolicy:
         residual_threshold: score at which a message is a residual (the tiered design: 60).
         residual_max_percent: most messages that may be residuals, as a share (0.20).
         residuals_enabled: extract residuals at all.
-        tier0_size: recent messages kept raw (10).
-        tier1_size: messages from the end up to which tier 1 reaches (25).
-        tier2_size: messages from the end up to which tier 2 reaches (50); older is tier 3.
+        tier0_size: recent messages kept raw at least, when they fit tier 0's allocation
+            (10); tier 0 holds more when its allocation does.
+        tier1_size: messages from the end up to which tier 1 reaches (25), counted from
+            where tier 0 ends when tier 0 holds more than ``tier0_size``.
+        tier2_size: the same for tier 2 (50); older is tier 3.
         preservation: share of detail kept by tiers 1-3 (0.70, 0.40, 0.15).
         budget_allocation: allocate the budget between residuals and tiers;
             when off, summaries are sized by ``preservation`` alone and only the input
@@ -215,7 +222,7 @@ class TieredPolicy:
                 score_messages(messages, now=context.now, threshold=self.residual_threshold,
                                weights=self.weights),
                 messages, learned_in(context.state), self.residual_threshold),
-            lead=lead, offset=offset,
+            lead=lead, offset=offset, target=context.budget.target_tokens,
         )
         plan.pinned = {g for g, grp in enumerate(plan.groups)
                        if any(m.is_pinned for m in grp.messages)}
@@ -233,9 +240,8 @@ class TieredPolicy:
             plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
 
     def _share_slack(self, plan: TierPlan, slack: int) -> None:
-        """Budget left under the target after the plan goes to the tier summaries, most
-        recent tier first, each up to its preserved share (the tiered design gives the tiers' unused
-        budget to tier 0; this gives tier 0's unused budget back)."""
+        """Budget left under the target once tier 0 took the groups that fit goes to the
+        tier summaries, most recent tier first, each up to what it needs."""
         for t in (1, 2, 3):
             if slack <= 0:
                 return
@@ -314,65 +320,82 @@ class TieredPolicy:
     def _assign_tiers(
         self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
     ) -> None:
-        """Tiers by recency among the groups not kept; then fit tier 0 to its allocation."""
-        plan.tier_of = {}
-        bounds = (self.tier0_size, self.tier1_size, self.tier2_size)
-        seen = 0
-        for g in range(len(plan.groups) - 1, -1, -1):
-            if g in plan.kept or g in plan.pinned:
-                continue
-            plan.tier_of[g] = next((t for t, b in enumerate(bounds) if seen < b), 3)
-            seen += len(plan.groups[g])
-        tokens = {t: 0 for t in range(4)}
-        for g, t in plan.tier_of.items():
-            tokens[t] += self._group_tokens(plan, g, context)
-        tier0 = sorted(g for g, t in plan.tier_of.items() if t == 0)
-        newest_kept = bool(plan.groups) and (len(plan.groups) - 1) not in plan.tier_of
-        while True:
-            self._allocate(plan, tokens, context, messages)
-            over = (
-                tokens[0] > plan.allocation.tiers[0] if plan.allocation is not None
-                else self._plan_tokens(plan, messages, context) > context.budget.input_budget
-            )
-            if not over or not tier0 or (len(tier0) == 1 and not newest_kept):
-                return
-            g = tier0.pop(0)
-            moved = self._group_tokens(plan, g, context)
-            plan.tier_of[g] = 1
-            tokens[0] -= moved
-            tokens[1] += moved
+        """Tiers by recency among the groups not kept (:mod:`.tier_spans`): tier 0 holds
+        the newest groups that fit the allocation it gets once tiers 1-3 took what they
+        need of the rest, at least the newest group."""
+        free = [g for g in range(len(plan.groups) - 1, -1, -1)
+                if g not in plan.kept and g not in plan.pinned]
+        count = context.counter.count_message
+        recency = Recency.of(
+            free, [len(plan.groups[g]) for g in free],
+            [self._group_tokens(plan, g, context) for g in free],
+            [sum(count(m) for m in plan.groups[g].messages if m.source == "summary")
+             for g in free],
+            (self.tier0_size, self.tier1_size, self.tier2_size))
+        newest_kept = bool(plan.groups) and (not free or free[0] != len(plan.groups) - 1)
+        least = 0 if newest_kept or not free else 1
+        fixed = self._fixed_parts(plan, context, messages)
 
-    def _allocate(
-        self, plan: TierPlan, tokens: dict[int, int], context: CompactionContext,
-        messages: Sequence[Message],
-    ) -> None:
-        counts = {t: 0 for t in (1, 2, 3)}
-        for t in plan.tier_of.values():
-            if t:
-                counts[t] += 1
-        needs = []
+        def fits(extent: int) -> bool:
+            sizes = recency.sizes(extent)
+            self._allocate(plan, sizes, fixed)
+            if plan.allocation is not None:
+                return sizes.tokens[0] <= plan.allocation.tiers[0]
+            if extent <= recency.by_count:  # the design's tier 0: the input budget binds
+                plan.tier_of = recency.tier_of(extent)
+                return self._plan_tokens(plan, messages, context) <= context.budget.input_budget
+            summaries = sum(plan.rooms[t] for t in (1, 2, 3) if sizes.groups[t])
+            return (sum(fixed.parts.values()) - self.current_message_reserve + fixed.residuals
+                    + sizes.tokens[0] + summaries <= context.budget.target_tokens)
+
+        extent = max(least, recency.by_count)
+        if fits(extent):
+            while extent < len(recency) and fits(extent + 1):
+                extent += 1
+        else:  # the design's tier 0 is over its allocation: its oldest groups join tier 1
+            while extent > least:
+                extent -= 1
+                if fits(extent):
+                    break
+        plan.tier_of = recency.tier_of(extent)
+        self._allocate(plan, recency.sizes(extent), fixed)
+
+    def _fixed_parts(
+        self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
+    ) -> FixedParts:
+        """What the allocation takes before the tiers, and the largest tier header."""
         # The header at its largest: a real handle's 12 hex digits may take a token each,
         # where the zeros used to measure it take fewer.
         zeros = "0" * 12
-        header_room = context.counter.count_message(
+        header = context.counter.count_message(
             header_message(1, 10**6, ref=handle_text("ctx_" + zeros, context))
         ) + 12 - context.counter.count_text(zeros)
-        for t in (1, 2, 3):
-            plan.headers[t] = header_room
-            need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
-            needs.append(need if counts[t] else 0)
-            plan.needs[t] = needs[-1]
-        residual_tokens = sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned)
-        allocation = allocate_budget(
-            context.budget.target_tokens,
-            fixed={
+        return FixedParts(
+            parts={
                 "system_prompt": context.counter.count_messages(messages[: plan.lead]),
                 "tools": context.fixed_tokens,
                 "calibration": plan.offset,
                 "current_message": self.current_message_reserve,
             },
-            residual_tokens=residual_tokens, tier_needs=needs, safety_margin=self.safety_margin,
-            residual_share=self.residual_budget_share, tier_shares=self.tier_shares,
+            residuals=sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned),
+            header=header,
+        )
+
+    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts) -> None:
+        """The allocation for tiers of ``sizes``: each tier 1-3 needs its header, its
+        preserved share and the earlier summaries it carries, capped by its share of the
+        budget."""
+        needs = []
+        for t in (1, 2, 3):
+            plan.headers[t] = fixed.header
+            fresh = sizes.tokens[t] - sizes.carried[t]
+            need = plan.headers[t] + math.ceil(self.preservation[t - 1] * fresh)
+            needs.append(need + sizes.carried[t] if sizes.groups[t] else 0)
+            plan.needs[t] = needs[-1]
+        allocation = allocate_budget(
+            plan.target, fixed=fixed.parts, residual_tokens=fixed.residuals, tier_needs=needs,
+            safety_margin=self.safety_margin, residual_share=self.residual_budget_share,
+            tier_shares=self.tier_shares,
         )
         plan.allocation = allocation if self.budget_allocation else None
         for t in (1, 2, 3):
@@ -481,6 +504,7 @@ class TierPlan:
     scores: list[ImportanceScore]
     lead: int
     offset: int
+    target: int  # the tokens the plan aims at (the budget's target)
     kept: set[int] = field(default_factory=set)  # residual groups
     pinned: set[int] = field(default_factory=set)
     tier_of: dict[int, int] = field(default_factory=dict)
@@ -493,6 +517,15 @@ class TierPlan:
     def members(self, tier: int) -> list[int]:
         """The groups in ``tier``, oldest first."""
         return [g for g, t in sorted(self.tier_of.items()) if t == tier]
+
+@dataclass(frozen=True)
+class FixedParts:
+    """What the allocation takes before the tiers."""
+
+    parts: dict[str, int]  # system prompt, tools, calibration, the current message's reserve
+    residuals: int  # tokens of the residual and pinned groups
+    header: int  # the largest tier header
+
 
 def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Message:
     """A tier's summary message: its header, then ``text``."""
