@@ -157,11 +157,12 @@ def test_tier0_holds_the_newest_messages_its_allocation_holds(counter: cf.TokenC
     n0 = outcome.details["tiers"]["tier0"]
     assert n0 > 10
     assert outcome.details["tiers"] == {"tier0": n0, "tier1": 15, "tier2": 25, "tier3": 50 - n0}
-    assert [r.purpose for r in requests] == ["tier1", "tier2", "tier3"]
-    assert [r.instructions for r in requests] == list(TIER_INSTRUCTIONS)
-    assert requests[2].messages == tuple(history[: 50 - n0])
+    # oldest tier first: what an older summary leaves unused can still widen tier 0
+    assert [r.purpose for r in requests] == ["tier3", "tier2", "tier1"]
+    assert [r.instructions for r in requests] == list(TIER_INSTRUCTIONS)[::-1]
+    assert requests[0].messages == tuple(history[: 50 - n0])
     assert requests[1].messages == tuple(history[50 - n0 : 75 - n0])
-    assert requests[0].messages == tuple(history[75 - n0 : 90 - n0])
+    assert requests[2].messages == tuple(history[75 - n0 : 90 - n0])
     kinds = [m.metadata.get("tier") for m in outcome.messages]
     assert kinds[:3] == [3, 2, 1]
     assert all(m.source == "summary" and m.role == "user" for m in outcome.messages[:3])
@@ -174,6 +175,24 @@ def test_tier0_holds_the_newest_messages_its_allocation_holds(counter: cf.TokenC
     assert 0.9 * target <= counter.count_messages(tiered) <= target
 
 
+def test_room_older_summaries_leave_unused_goes_to_the_newest_messages(
+    counter: cf.TokenCounter,
+) -> None:
+    history = chatter(90)
+    context = context_for(counter, window=int(counter.count_messages(history) / 0.8))
+    planned, _ = drive(cf.TieredPolicy(), history, context, answer=full_summary)
+    outcome, requests = drive(cf.TieredPolicy(), history, context, answer="short summary")
+    # The short summaries of tiers 3 and 2 left their room unused: tier 1's messages took
+    # it, raw, instead of a summary of them.
+    assert [r.purpose for r in requests] == ["tier3", "tier2"]
+    assert outcome.details["tiers"]["tier0"] == planned.details["tiers"]["tier0"] + 15
+    summarized = {id(m) for r in requests for m in r.messages}
+    assert not any(id(m) in summarized for m in outcome.messages)  # never both
+    tiered = [m for m in outcome.messages if m.source != "ledger"]
+    assert counter.count_messages(tiered) >= 0.9 * context.budget.target_tokens
+    assert cf.validate(outcome.messages) == []
+
+
 def test_messages_over_tier0s_allocation_keep_the_designs_tier_boundaries(
     counter: cf.TokenCounter,
 ) -> None:
@@ -184,7 +203,7 @@ def test_messages_over_tier0s_allocation_keep_the_designs_tier_boundaries(
     n0 = outcome.details["tiers"]["tier0"]
     assert 1 <= n0 < 10  # the design's 10 do not fit: its oldest join tier 1
     assert outcome.details["tiers"] == {"tier0": n0, "tier1": 25 - n0, "tier2": 25, "tier3": 10}
-    assert [len(r.messages) for r in requests] == [25 - n0, 25, 10]
+    assert [len(r.messages) for r in requests] == [10, 25, 25 - n0]
 
 
 def test_residuals_stay_in_place_and_keep_their_call(counter: cf.TokenCounter) -> None:

@@ -22,8 +22,12 @@ towards ``budget.target``:
    holds whole (condensing them again by its preservation would shrink old history
    geometrically, pass after pass);
 4. each non-empty tier is summarized with its own instructions (one request per tier,
-   ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache); a summary larger than
-   its allocation, or a failed one, is shrunk by keyword-preserving truncation, no LLM;
+   ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache), oldest tier first:
+   the room tiers 3 and 2 leave unused (a summary shorter than its allocation) goes to the
+   most recent messages, tier 1's newest groups joining tier 0 raw before tier 1 is
+   summarized (all of them when that costs no more than its summary's room); a summary
+   larger than its allocation, or a failed one, is shrunk by keyword-preserving
+   truncation, no LLM;
 5. the output keeps the original order: system messages, then each tier's summary (a user
    message, ``source="summary"``) where the tier's first message was, residuals in place,
    tier 0 raw at the end.
@@ -195,7 +199,9 @@ class TieredPolicy:
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
-        for tier in (1, 2, 3):
+        for tier in (3, 2, 1):  # oldest first: what they leave unused widens tier 0
+            if tier == 1:
+                self._widen_tier0(plan, summaries, context)
             members = plan.members(tier)
             if not members:
                 continue
@@ -414,6 +420,23 @@ class TieredPolicy:
         return context.measure(kept) + summaries + plan.offset
 
     # -- summaries and output --------------------------------------------------------
+
+    def _widen_tier0(
+        self, plan: TierPlan, summaries: dict[int, Message], context: CompactionContext
+    ) -> None:
+        """The room tiers 2 and 3 planned for and their summaries left unused goes to the
+        most recent messages: tier 1's newest groups join tier 0 while they fit in it
+        (before tier 1 is summarized, so nothing is both summarized and kept)."""
+        unused = sum(plan.rooms[t] - context.counter.count_message(m)
+                     for t, m in summaries.items())
+        members = plan.members(1)
+        sizes = [self._group_tokens(plan, g, context) for g in members]
+        if members and sum(sizes) <= unused + plan.rooms[1]:  # raw costs no more than a summary
+            plan.tier_of.update(dict.fromkeys(members, 0))
+            return
+        while members and sizes[-1] <= unused:
+            plan.tier_of[members.pop()] = 0
+            unused -= sizes.pop()
 
     def _tier_message(
         self, tier: int, originals: tuple[Message, ...], text: str | None, plan: TierPlan,
