@@ -271,6 +271,25 @@ def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:
     assert not any("none recorded" in r for r in remaining)
 
 
+def test_the_latest_request_after_the_span_is_the_task_even_when_answered() -> None:
+    from contextfold._summaries.prompt import summary_prompt
+
+    span = [cf.Message(role="user", content="Find flight HAT001."),
+            cf.Message(role="assistant", content="HAT001 leaves at 9:05.")]
+    text = _summary(span, latest_request="What was my seat again?")
+    assert text.startswith("TASK: What was my seat again?\n- earlier request: Find flight HAT001.")
+    # answered since: nothing is left open by it
+    assert not any("latest request" in r for r in _section(text, "REMAINING"))
+    both = _summary(span, open_request="Now cancel it.", latest_request="Now cancel it.")
+    assert both == _summary(span, open_request="Now cancel it.")
+    request = SummaryRequest(messages=tuple(span), instructions="Summarize.",
+                             latest_request="What was my seat again?")
+    assert "What was my seat again?" in summary_prompt(request)
+    assert "answered since" in summary_prompt(request)
+    assert request.cache_key != SummaryRequest(messages=tuple(span),
+                                               instructions="Summarize.").cache_key
+
+
 def test_a_huge_message_is_scanned_on_its_head_and_tail_only() -> None:
     filler = "the agent read the log and found nothing of note here. " * 5_000
     text = f"start #KT-1001 {filler} middle #KT-2002 {filler} end #KT-3003"

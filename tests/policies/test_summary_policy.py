@@ -221,3 +221,13 @@ async def test_async_driver_and_compactor_resummarize_the_previous_summary(count
     assert "Second summary." in second.messages[1].text
     assert [m.source for m in second.messages].count("summary") == 1
     assert_valid_within(second.messages, budget, counter)
+
+
+def test_the_summary_names_the_latest_request_when_it_was_answered(counter):
+    msgs = history(10)  # ends with the answer to "task 9"
+    context = context_for(msgs, counter)
+    _, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
+    [request] = requests
+    assert request.open_request is None and request.latest_request == "task 9"
+    text = cf.ExtractiveSummarizer().summarize(request)
+    assert text.startswith("TASK: task 9\n- earlier request: task ")

@@ -29,7 +29,13 @@ from contextfold.policy import (
     score_importance,
     split_groups,
 )
-from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
+from contextfold.testing import (
+    ScriptedSummarizer,
+    assert_valid_within,
+    generate_chat,
+    histories,
+    run_policy,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -482,3 +488,22 @@ def test_tier_spans_by_tokens_and_by_the_designs_message_counts() -> None:
     # a tier 0 shorter than the design's leaves the design's boundaries in place
     assert recency.sizes(3).groups == {0: 3, 1: 19, 2: 25, 3: 22}
     assert recency.tier_of(3)[2] == 0 and recency.tier_of(3)[3] == 1
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_every_tier_summary_names_the_latest_request_as_its_task(
+    counter: cf.TokenCounter, answered: bool,
+) -> None:
+    chat = generate_chat(2, sessions=6).messages
+    end = next(i for i in range(len(chat) - 1, 0, -1) if chat[i].role == "user"
+               and chat[i].source is None) + (2 if answered else 1)
+    history = chat[:end]
+    latest = history[-2] if answered else history[-1]
+    window = int(counter.count_messages(history) / 0.8)
+    summarizer = cf.ExtractiveSummarizer(counter=counter)
+    _, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
+                        answer=summarizer.summarize)
+    assert len(requests) >= 2
+    for r in requests:
+        assert summarizer.summarize(r).startswith(f"TASK: {latest.text}\n")
+        assert r.open_request == (None if answered else latest.text)

@@ -35,7 +35,7 @@ from .contract import (
 )
 from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
 from .head_tail import HeadTail, truncate_head_tail
-from .prompt_source import open_request
+from .prompt_source import find_prompt, open_request
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
@@ -163,12 +163,15 @@ class SummaryPolicy:
             return self._fit_only(messages, system, groups, context, notes)
         kept = [m for g in (*pinned, *recent) for m in g.messages]
         spare = room - sum(count(m) for m in kept) - 80
+        latest = find_prompt(messages, n_sys)
         reply: SummaryReply = yield SummaryRequest(
             messages=tuple(m for g in folded for m in g.messages),
             instructions=self.instructions,
             max_tokens=max(64, min(spare, int(room * self.recent_preserve_ratio))),
             purpose="summary",
             open_request=open_request(messages),
+            latest_request=(messages[latest].text
+                            if latest is not None and latest >= folded[-1].end else None),
         )
         if reply.text is None:
             return self._failed(messages, system, groups, context, notes, reply)

@@ -71,7 +71,7 @@ from .importance import (
     keyword_truncate,
     score_messages,
 )
-from .prompt_source import open_request
+from .prompt_source import find_prompt, open_request
 from .tier_spans import Recency, TierSizes
 
 __all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "TieredPolicy"]
@@ -199,6 +199,7 @@ class TieredPolicy:
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
+        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
         for tier in (3, 2, 1):  # oldest first: what they leave unused widens tier 0
             if tier == 1:
                 self._widen_tier0(plan, summaries, context)
@@ -206,10 +207,13 @@ class TieredPolicy:
             if not members:
                 continue
             originals = tuple(m for g in members for m in plan.groups[g].messages)
+            task = (messages[latest].text
+                    if latest is not None and latest >= plan.groups[members[-1]].end else None)
             reply = yield SummaryRequest(
                 messages=originals, instructions=self.instructions[tier - 1],
                 max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
                 open_request=open_request(messages),
+                latest_request=task,
             )
             summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
         return self._finish(messages, plan, summaries, context)

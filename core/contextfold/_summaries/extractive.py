@@ -3,7 +3,8 @@
 Deterministic and linear in the input. It writes the sections of the threshold design plus the
 errors::
 
-    TASK: the latest user request (the conversation's open one when the policy names it),
+    TASK: the latest user request (the conversation's open or latest one when the policy
+          names it),
           then the earlier requests as items, newest first (at most three); session
           markers, nudges and other synthetic user messages are never requests
     PROGRESS: numbered completed tool steps, each with the tool and its key result
@@ -105,7 +106,7 @@ class ExtractiveSummarizer:
 
     def summarize(self, request: SummaryRequest) -> str:
         """The structured summary of ``request.messages``."""
-        sections = self._scan(request.messages, request.open_request)
+        sections = self._scan(request.messages, request.open_request, request.latest_request)
         text = self._render(sections)
         if request.max_tokens is None:
             return text
@@ -120,7 +121,10 @@ class ExtractiveSummarizer:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _scan(self, messages: Sequence[Message], open_request: str | None = None) -> _Sections:
+    def _scan(
+        self, messages: Sequence[Message], open_request: str | None = None,
+        latest_request: str | None = None,
+    ) -> _Sections:
         s = _Sections()
         calls: dict[str, tuple[str, str]] = {}
         answered: set[str] = set()
@@ -147,6 +151,8 @@ class ExtractiveSummarizer:
                 steps_since += 1
                 self._step(s, m, calls.get(m.tool_call_id or ""))
         self._remaining(s, messages, last_request, steps_since, answered_since)
+        if latest_request and not open_request:  # answered, after the span: still the task
+            self._new_task(s, latest_request)
         self._open(s, open_request)
         for call_id, (name, args) in calls.items():
             if call_id not in answered:
