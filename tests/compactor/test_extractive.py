@@ -155,6 +155,7 @@ def test_max_tokens_drops_earlier_requests_before_data(counter: cf.TokenCounter)
         span += [cf.Message(role="user", content=f"Please look into thing number {k} for me, "
                             "there is no hurry at all, whenever you have the time."),
                  cf.Message(role="assistant", content="Done.")]
+    span += _tool_step("c1", "lookup", {"q": "thing"}, "nothing found")
     span.append(cf.Message(role="user", content="The order is ORD-4417 and the ref is QX-77A1."))
     full = _summary(span)
     assert full.count("earlier request") == 3
@@ -164,6 +165,23 @@ def test_max_tokens_drops_earlier_requests_before_data(counter: cf.TokenCounter)
     assert counter.count_text(short) <= request.max_tokens
     assert short.count("earlier request") < 3
     assert {"- ORD-4417", "- QX-77A1"} <= set(_section(short, "DATA"))
+
+
+def test_a_plain_chat_records_what_was_asked_and_answered_as_progress() -> None:
+    chat = [cf.Message(role="user", content="My landlord, Philippa, answered about the boiler."),
+            cf.Message(role="assistant", content="Good news! Did she say when it is fixed?"),
+            cf.Message(role="user", content="Friday. Suggest three dinners with leeks."),
+            cf.Message(role="assistant", content="Leek risotto, leek tart, leek soup.")]
+    progress = _section(_summary([*chat, cf.Message(role="user", content="Thanks!")]),
+                        "PROGRESS")
+    assert progress == [
+        "1. asked: My landlord, Philippa, answered about the boiler. \u2192 Good news! Did "
+        "she say when it is fixed?",
+        "2. asked: Friday. Suggest three dinners with leeks. \u2192 Leek risotto, leek tart, "
+        "leek soup."]
+    # with tool steps in the span, the steps are the progress
+    tools = [*chat, *_tool_step("c1", "weather", {"city": "Oslo"}, "Rain, 4 C.")]
+    assert not any("asked:" in p for p in _section(_summary(tools), "PROGRESS"))
 
 
 def test_deterministic_and_an_earlier_summary_is_merged() -> None:

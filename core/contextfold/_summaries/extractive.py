@@ -7,7 +7,8 @@ errors::
           names it),
           then the earlier requests as items, newest first (at most three); session
           markers, nudges and other synthetic user messages are never requests
-    PROGRESS: numbered completed tool steps, each with the tool and its key result
+    PROGRESS: numbered completed tool steps, each with the tool and its key result; in a
+              span without tool calls (plain chat), the requests and their answers
     REMAINING: what the latest request asks that has no result yet (best effort; says so);
                never "none" while the conversation's latest request is unanswered
     DATA: every identifier of the originals, verbatim
@@ -131,6 +132,7 @@ class ExtractiveSummarizer:
         last_request: int | None = None
         steps_since = 0
         answered_since = False
+        exchanges: list[tuple[int, str]] = []  # (where in PROGRESS, the step)
         for i, m in enumerate(messages):
             if _is_summary(m) and m.role != "tool":
                 self._merge(s, m.text)
@@ -145,11 +147,17 @@ class ExtractiveSummarizer:
             if m.role in ("user", "assistant"):
                 self._decisions(s, m.text)
             if m.role == "assistant":  # answered when the latest assistant turn is final text
+                if (not answered_since and not steps_since and last_request is not None
+                        and not m.tool_calls and m.text.strip()):
+                    exchanges.append((len(s.progress), self._exchange(messages[last_request], m)))
                 answered_since = not m.tool_calls and bool(m.text.strip())
             if m.role == "tool":
                 answered.add(m.tool_call_id or "")
                 steps_since += 1
                 self._step(s, m, calls.get(m.tool_call_id or ""))
+        if not calls:  # plain chat: what was asked and answered is the progress, in order
+            for at, step in reversed(exchanges):
+                s.progress.insert(at, step)
         self._remaining(s, messages, last_request, steps_since, answered_since)
         if latest_request and not open_request:  # answered, after the span: still the task
             self._new_task(s, latest_request)
@@ -168,6 +176,12 @@ class ExtractiveSummarizer:
             return
         body = _short(result.text, self.step_chars) or "(no output)"
         s.progress.append(f"{name}{args} \u2192 {body}")
+
+    def _exchange(self, request: Message, answer: Message) -> str:
+        """A request answered without tools, a completed step of a plain chat: what the
+        user said (often the facts later turns need) and the head of the answer."""
+        said = _short(request.text, self.step_chars)
+        return f"asked: {said} \u2192 {_short(answer.text, self.step_chars // 2)}"
 
     def _decisions(self, s: _Sections, text: str) -> None:
         if not DECISION_LANGUAGE.search(text):
