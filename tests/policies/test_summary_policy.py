@@ -231,3 +231,19 @@ def test_the_summary_names_the_latest_request_when_it_was_answered(counter):
     assert request.open_request is None and request.latest_request == "task 9"
     text = cf.ExtractiveSummarizer().summarize(request)
     assert text.startswith("TASK: task 9\n- earlier request: task ")
+
+
+def test_a_high_target_keeps_the_tail_it_leaves_beside_the_summary(counter):
+    msgs = history(16)
+    budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 0.8), trigger=1.0,
+                       target=0.9)
+    context = CompactionContext(budget=budget, counter=counter, now=NOW)
+    outcome, [request] = drive(cf.SummaryPolicy(), msgs, context,
+                               lambda r: "word " * (r.max_tokens or 10))
+    room = context.available - counter.count_messages(msgs[:1])
+    preserved = list(outcome.messages[2:])
+    assert sum(map(counter.count_message, preserved)) > 0.25 * room  # more than the ratio
+    assert request.max_tokens is not None and request.max_tokens <= 0.25 * room
+    used = counter.count_messages(outcome.messages)
+    assert 0.8 * budget.target_tokens <= used <= budget.input_budget
+    assert list(request.messages) + preserved == msgs[1:]

@@ -2,7 +2,9 @@
 
 When the context approaches capacity (the budget's trigger, or a forced run), the policy
 walks back from the newest message keeping whole groups until ``recent_preserve_ratio`` of
-the message budget is used, asks for ONE summary of everything older and returns::
+the message budget is used (or, when the budget's target leaves more beside a summary of
+that size, until what the target leaves), asks for ONE summary of everything older, of at
+most ``recent_preserve_ratio`` of the message budget, and returns::
 
     [system prompt]            (optionally reloaded: the context-manager design's reload on
     compaction) [CONTEXT SUMMARY] ...      a user message with the context-manager design's prefix
@@ -103,7 +105,10 @@ class SummaryPolicy:
 
     Args:
         recent_preserve_ratio: share of the message budget (the input budget less the
-            system prompt and tool definitions) kept verbatim at the end, in (0, 1).
+            system prompt and tool definitions) kept verbatim at the end, in (0, 1), and
+            the most the summary is asked for. With a target above twice this share, the
+            tail kept verbatim is what the target leaves beside the summary, so the output
+            lands near the target.
         reload_system_prompt: called on each compaction for a fresh system prompt
             (the context-manager design reloads the prompt files then); it replaces the first
             system message. If it raises, the old prompt is kept and the report says why.
@@ -155,19 +160,24 @@ class SummaryPolicy:
         groups = split_groups(messages, n_sys)
         count = context.counter.count_message
         room = context.available - context.counter.count_messages(system)
-        keep_from = _preserve_from(groups, int(room * self.recent_preserve_ratio), count)
+        summary_room = int(room * self.recent_preserve_ratio)
+        # The tail kept verbatim: its share of the room, or what the target leaves after the
+        # summary's room when that is more (a target above half the budget).
+        target_room = context.budget.target_tokens - context.measure(system)
+        keep_from = _preserve_from(
+            groups, max(summary_room, target_room - summary_room - _SUMMARY_FRAME), count)
         older, recent = groups[:keep_from], groups[keep_from:]
         folded = [g for g in older if not any(m.is_pinned for m in g.messages)]
         pinned = [g for g in older if any(m.is_pinned for m in g.messages)]
         if not folded:
             return self._fit_only(messages, system, groups, context, notes)
         kept = [m for g in (*pinned, *recent) for m in g.messages]
-        spare = room - sum(count(m) for m in kept) - 80
+        spare = room - sum(count(m) for m in kept) - _SUMMARY_FRAME
         latest = find_prompt(messages, n_sys)
         reply: SummaryReply = yield SummaryRequest(
             messages=tuple(m for g in folded for m in g.messages),
             instructions=self.instructions,
-            max_tokens=max(64, min(spare, int(room * self.recent_preserve_ratio))),
+            max_tokens=max(64, min(spare, summary_room)),
             purpose="summary",
             open_request=open_request(messages),
             latest_request=(messages[latest].text
@@ -312,6 +322,9 @@ class SummaryPolicy:
             details={"summarized_messages": 0, "dropped_messages": n_dropped,
                      "summary_origin": reply.origin},
         )
+
+
+_SUMMARY_FRAME = 80  # tokens of the summary message around its text (prefix, stamp)
 
 
 def _notice(dropped: int, now: datetime | None) -> Message:
