@@ -75,8 +75,10 @@ def test_groups_are_never_split_and_the_last_group_is_always_kept(counter):
     context = context_for(msgs, counter, window=counter.count_messages(msgs) + 400,
                           force=True)
     outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
-    assert list(requests[0].messages) == msgs[:3]
-    assert list(outcome.messages[1:]) == msgs[3:]
+    assert list(requests[0].messages) == msgs[1:3]
+    # the request stays verbatim, before the summary of the work that followed it
+    assert outcome.messages[0] is msgs[0] and outcome.messages[1].source == "summary"
+    assert list(outcome.messages[2:]) == msgs[3:]
 
 
 def test_force_compacts_below_the_trigger(counter):

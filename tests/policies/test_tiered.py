@@ -212,6 +212,21 @@ def test_messages_over_tier0s_allocation_keep_the_designs_tier_boundaries(
     assert [len(r.messages) for r in requests] == [10, 25, 25 - n0]
 
 
+@pytest.mark.parametrize("answer_words", [100, 600])
+def test_the_latest_request_stays_verbatim_when_tier0_cannot_hold_it(
+    counter: cf.TokenCounter, answer_words: int,
+) -> None:
+    request = cf.Message(role="user", content="Write up the report in one page, please.")
+    answer = cf.Message(role="assistant", content="A long answer. " * answer_words)
+    history = [*chatter(40), request, answer]
+    window = counter.count_message(answer) * 3 // 2  # the answer fills tier 0 alone
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    assert outcome.messages[-2:] == [request, answer]
+    assert outcome.messages[-2] is request
+    assert not any(request in r.messages for r in requests)
+    assert counter.count_messages(outcome.messages) <= window
+
+
 def test_residuals_stay_in_place_and_keep_their_call(counter: cf.TokenCounter) -> None:
     history = chatter(30)
     decision = cf.Message(role="assistant", content="We decided to refund order KT-1.",

@@ -7,7 +7,8 @@ towards ``budget.target``:
    ``residual_threshold`` are *residuals* and bypass compression, at most
    ``residual_max_percent`` of the messages and ``residual_budget_share`` of the budget,
    the lowest-scoring demoted first. A residual keeps its whole atomic group (a tool result
-   keeps its call and the call's other results); pinned messages are kept the same way;
+   keeps its call and the call's other results); pinned messages are kept the same way,
+   and so is the latest user request, which stays verbatim in place;
 2. the other groups go to tiers by recency, sized by the budget (:mod:`.tier_spans`):
    tier 0 holds the newest groups raw, as many as fit the allocation it gets once tiers
    1-3 took what they need of the rest (at least the newest group; the design's last
@@ -36,11 +37,13 @@ Budget the plan leaves under the target (the next group is too big for what tier
 left) goes to the tier summaries, most recent tier first, each up to what it needs.
 
 When even that does not fit the input budget, residual groups are demoted (lowest score
-first) into their tiers; then one tier holds every group but the newest (one header, its
-summary sized to what the budget leaves); then the newest group is cut head+tail (its tool
-calls kept) to the largest common size that fits. :class:`~contextfold.BudgetExceededError`
-is raised only when the system messages, pinned messages, the newest group cut to its
-labels and one tier header do not fit.
+first) into their tiers; then one tier holds every group but the newest and the latest
+request (one header, its summary sized to what the budget leaves); then the newest group is
+cut head+tail (its tool calls kept) to the largest common size that fits.
+:class:`~contextfold.BudgetExceededError` is raised only when the system messages, pinned
+messages, the latest request, the newest group cut to its labels and one tier header do
+not fit (the engine then sends the system prompt and the latest request, when those fit);
+a request that does not fit beside the system prompt at all joins the tier.
 """
 
 from __future__ import annotations
@@ -236,9 +239,16 @@ class TieredPolicy:
         )
         plan.pinned = {g for g, grp in enumerate(plan.groups)
                        if any(m.is_pinned for m in grp.messages)}
+        latest = find_prompt(messages, lead)
+        plan.latest = next((g for g, grp in enumerate(plan.groups) if latest is not None
+                            and grp.start <= latest < grp.end and g not in plan.pinned), None)
         self._pick_residuals(plan, messages, context)
         while True:
             self._assign_tiers(plan, context, messages)
+            if plan.latest is not None and plan.tier_of.get(plan.latest, 0) != 0:
+                # The latest request fell out of tier 0: it stays verbatim in place instead.
+                plan.request = {plan.latest}
+                self._assign_tiers(plan, context, messages)
             planned = self._plan_tokens(plan, messages, context)
             if planned <= context.budget.input_budget:
                 self._share_slack(plan, context.budget.target_tokens - planned)
@@ -264,9 +274,18 @@ class TieredPolicy:
         self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> TierPlan:
         """Every residual demoted and still too big: one tier (one header) holds every group
-        but the newest, its summary gets what the budget leaves, and the newest group is cut
-        head+tail when that is still needed. Raises when not even that fits."""
+        but the newest and the latest request, its summary gets what the budget leaves, and
+        the newest group is cut head+tail when that is still needed. Raises when not even
+        that fits (the engine then sends the system prompt and the latest request); a
+        request that does not fit beside the system prompt at all joins the tier."""
         newest = len(plan.groups) - 1
+        if plan.latest is not None and plan.latest != newest and plan.latest in plan.tier_of:
+            del plan.tier_of[plan.latest]
+            plan.request = {plan.latest}
+        request = [m for g in plan.request for m in plan.groups[g].messages]
+        if context.measure([*messages[: plan.lead], *request]) > context.budget.input_budget:
+            plan.tier_of.update(dict.fromkeys(plan.request, 1))
+            plan.request.clear()
         for g in plan.tier_of:
             plan.tier_of[g] = 0 if g == newest else 1
         members = [m for g in plan.members(1) for m in plan.groups[g].messages]
@@ -288,7 +307,8 @@ class TieredPolicy:
     ) -> bool:
         """True when the plan fits with the newest group's messages cut to their labels."""
         newest = plan.groups[-1].messages if plan.groups else ()
-        if not newest or plan.tier_of.get(len(plan.groups) - 1, -1) != 0:
+        last = len(plan.groups) - 1
+        if not newest or (plan.tier_of.get(last, -1) != 0 and last not in plan.request):
             return False
         floor = [shrink_message(m, HeadTail(), max_chars=0) for m in newest]
         saved = context.counter.count_messages(newest) - context.counter.count_messages(floor)
@@ -319,7 +339,7 @@ class TieredPolicy:
         used_messages = used_tokens = 0
         for i in candidates:
             g = group_of[i]
-            if g in plan.kept or g in plan.pinned:
+            if g in plan.kept or g in plan.pinned or g in plan.request:
                 continue
             size, tokens = len(plan.groups[g]), self._group_tokens(plan, g, context)
             if used_messages + size <= max_messages and used_tokens + tokens <= max_tokens:
@@ -334,7 +354,7 @@ class TieredPolicy:
         the newest groups that fit the allocation it gets once tiers 1-3 took what they
         need of the rest, at least the newest group."""
         free = [g for g in range(len(plan.groups) - 1, -1, -1)
-                if g not in plan.kept and g not in plan.pinned]
+                if g not in plan.kept and g not in plan.pinned and g not in plan.request]
         count = context.counter.count_message
         recency = Recency.of(
             free, [len(plan.groups[g]) for g in free],
@@ -385,6 +405,8 @@ class TieredPolicy:
                 "system_prompt": context.counter.count_messages(messages[: plan.lead]),
                 "tools": context.fixed_tokens,
                 "calibration": plan.offset,
+                # the design's measured task prompt: the latest request, kept verbatim
+                "task_prompt": sum(self._group_tokens(plan, g, context) for g in plan.request),
                 "current_message": self.current_message_reserve,
             },
             residuals=sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned),
@@ -534,6 +556,8 @@ class TierPlan:
     target: int  # the tokens the plan aims at (the budget's target)
     kept: set[int] = field(default_factory=set)  # residual groups
     pinned: set[int] = field(default_factory=set)
+    latest: int | None = None  # the latest user request's group (when not pinned)
+    request: set[int] = field(default_factory=set)  # {latest} when it is kept out of tiers
     tier_of: dict[int, int] = field(default_factory=dict)
     allocation: BudgetAllocation | None = None
     rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
@@ -584,6 +608,8 @@ def tier_details(
         i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
     ]
     tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
+    # The latest request is raw like tier 0, and nearly always among its messages.
+    tiers["tier0"] += sum(len(plan.groups[g]) for g in plan.request)
     budget = plan.allocation.as_dict() if plan.allocation is not None else None
     if budget is not None:
         budget["used_tokens"] = compressed + plan.offset
