@@ -392,18 +392,31 @@ def chats(*, min_sessions: int = 3, max_sessions: int = 8) -> SearchStrategy[lis
     @st.composite
     def build(draw: DrawFn) -> list[Message]:
         low = draw(st.integers(1, 12))
-        chat = generate_chat(
-            draw(st.integers(0, 2**32 - 1)),
-            sessions=draw(st.integers(min_sessions, max_sessions)),
-            exchanges=(low, low + draw(st.integers(0, 12))),
-            facts=draw(st.integers(0, 16)),
-            corrected=draw(st.sampled_from((0.0, 0.4, 1.0))),
-            task_share=draw(st.sampled_from((0.0, 0.35, 0.8))),
-        )
-        return chat.messages
+        seed = draw(st.integers(0, 2**32 - 1))
+        kwargs: dict[str, Any] = {
+            "sessions": draw(st.integers(min_sessions, max_sessions)),
+            "exchanges": (low, low + draw(st.integers(0, 12))),
+            "facts": draw(st.integers(0, 16)),
+            "corrected": draw(st.sampled_from((0.0, 0.4, 1.0))),
+            "task_share": draw(st.sampled_from((0.0, 0.35, 0.8))),
+        }
+        call = ", ".join([str(seed), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        return _Drawn(generate_chat(seed, **kwargs).messages, f"generate_chat({call}).messages")
 
     strategy: SearchStrategy[list[Message]] = build()
     return strategy
+
+
+class _Drawn(list[Message]):
+    """A drawn history whose repr is the call that makes it again (a failing example then
+    reads as one line, not hundreds of messages)."""
+
+    def __init__(self, messages: Sequence[Message], call: str) -> None:
+        super().__init__(messages)
+        self.call = call
+
+    def __repr__(self) -> str:
+        return self.call
 
 
 def generate_history(
