@@ -5,6 +5,9 @@
   default or with the defects real histories have (``imperfect=True``).
 * :func:`generate_history` builds a valid history of a requested size from a seed, fast and
   without Hypothesis, for benchmarks.
+* :func:`generate_chat` builds a long multi-session chat (no tool calls) with facts planted
+  early, some corrected, and asked for late (:class:`GeneratedChat`); :func:`chats` is
+  its Hypothesis strategy.
 * :func:`assert_valid_within` checks the two promises every policy makes: the output passes
   :func:`contextfold.validate` and fits the budget.
 * :func:`run_policy` drives a policy's generator by hand, answering its summary requests.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
+from ._chats import GeneratedChat, PlantedFact, generate_chat
 from ._counting.budget import Budget
 from ._counting.counters import TokenCounter
 from ._messages.model import ContentPart, ImagePart, Message, TextPart, ToolCall
@@ -48,9 +52,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFECTS",
+    "GeneratedChat",
+    "PlantedFact",
     "ScriptedSummarizer",
     "SummaryAnswer",
     "assert_valid_within",
+    "chats",
+    "generate_chat",
     "generate_history",
     "histories",
     "run_policy",
@@ -363,6 +371,52 @@ def histories(
 
     strategy: SearchStrategy[list[Message]] = build()
     return strategy
+
+
+def chats(*, min_sessions: int = 3, max_sessions: int = 8) -> SearchStrategy[list[Message]]:
+    """A Hypothesis strategy of long multi-session chats (:func:`generate_chat`): the
+    number of sessions, exchanges per session, facts, corrections and the share of tasks
+    are drawn; the text comes from a drawn seed.
+
+    Raises:
+        MissingExtraError: Hypothesis is not installed.
+    """
+    try:
+        from hypothesis import strategies as st
+    except ImportError as exc:  # pragma: no cover - hypothesis is a dev dependency
+        raise MissingExtraError("hypothesis", "dev", "contextfold.testing.chats") from exc
+    if not 3 <= min_sessions <= max_sessions:
+        raise ValueError(f"need 3 <= min_sessions <= max_sessions, got {min_sessions}, "
+                         f"{max_sessions}")
+
+    @st.composite
+    def build(draw: DrawFn) -> list[Message]:
+        low = draw(st.integers(1, 12))
+        seed = draw(st.integers(0, 2**32 - 1))
+        kwargs: dict[str, Any] = {
+            "sessions": draw(st.integers(min_sessions, max_sessions)),
+            "exchanges": (low, low + draw(st.integers(0, 12))),
+            "facts": draw(st.integers(0, 16)),
+            "corrected": draw(st.sampled_from((0.0, 0.4, 1.0))),
+            "task_share": draw(st.sampled_from((0.0, 0.35, 0.8))),
+        }
+        call = ", ".join([str(seed), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        return _Drawn(generate_chat(seed, **kwargs).messages, f"generate_chat({call}).messages")
+
+    strategy: SearchStrategy[list[Message]] = build()
+    return strategy
+
+
+class _Drawn(list[Message]):
+    """A drawn history whose repr is the call that makes it again (a failing example then
+    reads as one line, not hundreds of messages)."""
+
+    def __init__(self, messages: Sequence[Message], call: str) -> None:
+        super().__init__(messages)
+        self.call = call
+
+    def __repr__(self) -> str:
+        return self.call
 
 
 def generate_history(

@@ -17,7 +17,7 @@ from contextfold.cli.eval import (
     needed_next,
     probes_of,
 )
-from contextfold.cli.transcripts import Transcript, load_transcripts
+from contextfold.cli.transcripts import Transcript, generated_chats, load_transcripts
 from contextfold.policy import extract_identifiers
 
 
@@ -200,3 +200,43 @@ def test_needed_next_asks_whether_the_model_had_what_its_next_action_used(
     assert by["whole"].needed == by["short"].needed == sum(map(len, need.values()))
     assert by["whole"].needed_score == 1.0
     assert by["short"].needed_score < 1.0  # the final answers use ids seen only earlier
+
+
+def test_facts_recalled_asks_whether_the_answering_call_had_the_latest_value(
+    counter: cf.TokenCounter,
+) -> None:
+    [t] = generated_chats(1, seed=4, sessions=4)
+    assert t.asked and all(n < len(t.messages) for n in t.asked)
+    rows = evaluate([t], [Contender("whole", _whole), Contender("short", _whole_but_old),
+                          Contender("broken", _broken)], fractions=(1.0,), counter=counter)
+    by = {r.contender: r for r in rows}
+    asked = sum(map(len, t.asked.values()))
+    assert by["whole"].asked == by["short"].asked == by["broken"].asked == asked
+    assert by["whole"].recall_score == 1.0
+    # the last three messages hold the question, not the fact stated sessions earlier
+    assert by["short"].recall_score < 0.5
+    assert by["broken"].asked_kept == 0 and by["broken"].errors
+
+
+def test_context_used_is_the_share_of_the_allowance_sent_where_the_history_is_over_it(
+    counter: cf.TokenCounter,
+) -> None:
+    [t] = generated_chats(1, seed=5, sessions=4)
+    rows = evaluate([t], [Contender("whole", _whole), Contender("short", _whole_but_old)],
+                    fractions=(0.5,), counter=counter)
+    by = {r.contender: r for r in rows}
+    assert by["whole"].fills and min(by["whole"].fills) > 1.0  # over: it keeps nothing
+    assert by["whole"].recall_score == 0.0
+    assert len(by["short"].fills) == len(by["whole"].fills) and by["short"].fill < 0.2
+
+
+def test_eval_runs_on_generated_chats_alone(tmp_path: Path) -> None:
+    out = io.StringIO()
+    status = main(["eval", "--chats", "2", "--chat-sessions", "3", "--policies", "truncation",
+                   "--no-peers", "--json", str(tmp_path / "rows.json")], out=out)
+    text = out.getvalue()
+    assert status == 0, text
+    assert text.startswith("2 transcript(s)") and "facts recalled" in text
+    [row] = json.loads((tmp_path / "rows.json").read_text())
+    assert row["asked"] > 0 and 0 < row["recall"] <= 1 and row["fill"] > 0.5
+    assert main(["eval", "--policies", "truncation"], out=io.StringIO()) == 2

@@ -137,6 +137,53 @@ def test_max_tokens_shortens_remaining_before_dropping_data(counter: cf.TokenCou
     assert len(_section(short, "REMAINING")) < 25
 
 
+def test_session_markers_and_nudges_are_never_the_task() -> None:
+    from contextfold.prompts import session_started_marker
+
+    span = [cf.Message(role="user", content="Book a table for four at Lucca."),
+            cf.Message(role="assistant", content="Booked for 8 pm."),
+            session_started_marker(role="user"),
+            cf.Message(role="user", content="Continue.", source="nudge")]
+    text = _summary(span)
+    assert text.startswith("TASK: Book a table for four at Lucca.\n")
+    assert "earlier request" not in text and "Session started" not in text.split("DATA")[0]
+
+
+def test_max_tokens_drops_earlier_requests_before_data(counter: cf.TokenCounter) -> None:
+    span = []
+    for k in range(4):
+        span += [cf.Message(role="user", content=f"Please look into thing number {k} for me, "
+                            "there is no hurry at all, whenever you have the time."),
+                 cf.Message(role="assistant", content="Done.")]
+    span += _tool_step("c1", "lookup", {"q": "thing"}, "nothing found")
+    span.append(cf.Message(role="user", content="The order is ORD-4417 and the ref is QX-77A1."))
+    full = _summary(span)
+    assert full.count("earlier request") == 3
+    request = SummaryRequest(messages=tuple(span), instructions="",
+                             max_tokens=counter.count_text(full) - 40)
+    short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert counter.count_text(short) <= request.max_tokens
+    assert short.count("earlier request") < 3
+    assert {"- ORD-4417", "- QX-77A1"} <= set(_section(short, "DATA"))
+
+
+def test_a_plain_chat_records_what_was_asked_and_answered_as_progress() -> None:
+    chat = [cf.Message(role="user", content="My landlord, Philippa, answered about the boiler."),
+            cf.Message(role="assistant", content="Good news! Did she say when it is fixed?"),
+            cf.Message(role="user", content="Friday. Suggest three dinners with leeks."),
+            cf.Message(role="assistant", content="Leek risotto, leek tart, leek soup.")]
+    progress = _section(_summary([*chat, cf.Message(role="user", content="Thanks!")]),
+                        "PROGRESS")
+    assert progress == [
+        "1. asked: My landlord, Philippa, answered about the boiler. \u2192 Good news! Did "
+        "she say when it is fixed?",
+        "2. asked: Friday. Suggest three dinners with leeks. \u2192 Leek risotto, leek tart, "
+        "leek soup."]
+    # with tool steps in the span, the steps are the progress
+    tools = [*chat, *_tool_step("c1", "weather", {"city": "Oslo"}, "Rain, 4 C.")]
+    assert not any("asked:" in p for p in _section(_summary(tools), "PROGRESS"))
+
+
 def test_deterministic_and_an_earlier_summary_is_merged() -> None:
     messages = _briefing()
     first = _summary(messages[:6])
@@ -240,6 +287,25 @@ def test_an_open_request_outside_the_span_is_the_task_and_remains() -> None:
     remaining = _section(text, "REMAINING")
     assert remaining[0] == "- respond to the latest request: Now cancel reservation ZFA04Y."
     assert not any("none recorded" in r for r in remaining)
+
+
+def test_the_latest_request_after_the_span_is_the_task_even_when_answered() -> None:
+    from contextfold._summaries.prompt import summary_prompt
+
+    span = [cf.Message(role="user", content="Find flight HAT001."),
+            cf.Message(role="assistant", content="HAT001 leaves at 9:05.")]
+    text = _summary(span, latest_request="What was my seat again?")
+    assert text.startswith("TASK: What was my seat again?\n- earlier request: Find flight HAT001.")
+    # answered since: nothing is left open by it
+    assert not any("latest request" in r for r in _section(text, "REMAINING"))
+    both = _summary(span, open_request="Now cancel it.", latest_request="Now cancel it.")
+    assert both == _summary(span, open_request="Now cancel it.")
+    request = SummaryRequest(messages=tuple(span), instructions="Summarize.",
+                             latest_request="What was my seat again?")
+    assert "What was my seat again?" in summary_prompt(request)
+    assert "answered since" in summary_prompt(request)
+    assert request.cache_key != SummaryRequest(messages=tuple(span),
+                                               instructions="Summarize.").cache_key
 
 
 def test_a_huge_message_is_scanned_on_its_head_and_tail_only() -> None:

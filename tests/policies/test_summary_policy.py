@@ -75,8 +75,10 @@ def test_groups_are_never_split_and_the_last_group_is_always_kept(counter):
     context = context_for(msgs, counter, window=counter.count_messages(msgs) + 400,
                           force=True)
     outcome, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
-    assert list(requests[0].messages) == msgs[:3]
-    assert list(outcome.messages[1:]) == msgs[3:]
+    assert list(requests[0].messages) == msgs[1:3]
+    # the request stays verbatim, before the summary of the work that followed it
+    assert outcome.messages[0] is msgs[0] and outcome.messages[1].source == "summary"
+    assert list(outcome.messages[2:]) == msgs[3:]
 
 
 def test_force_compacts_below_the_trigger(counter):
@@ -221,3 +223,29 @@ async def test_async_driver_and_compactor_resummarize_the_previous_summary(count
     assert "Second summary." in second.messages[1].text
     assert [m.source for m in second.messages].count("summary") == 1
     assert_valid_within(second.messages, budget, counter)
+
+
+def test_the_summary_names_the_latest_request_when_it_was_answered(counter):
+    msgs = history(10)  # ends with the answer to "task 9"
+    context = context_for(msgs, counter)
+    _, requests = drive(cf.SummaryPolicy(), msgs, context, lambda r: SummaryReply("s"))
+    [request] = requests
+    assert request.open_request is None and request.latest_request == "task 9"
+    text = cf.ExtractiveSummarizer().summarize(request)
+    assert text.startswith("TASK: task 9\n- earlier request: task ")
+
+
+def test_a_high_target_keeps_the_tail_it_leaves_beside_the_summary(counter):
+    msgs = history(16)
+    budget = cf.Budget(context_window=int(counter.count_messages(msgs) * 0.8), trigger=1.0,
+                       target=0.9)
+    context = CompactionContext(budget=budget, counter=counter, now=NOW)
+    outcome, [request] = drive(cf.SummaryPolicy(), msgs, context,
+                               lambda r: "word " * (r.max_tokens or 10))
+    room = context.available - counter.count_messages(msgs[:1])
+    preserved = list(outcome.messages[2:])
+    assert sum(map(counter.count_message, preserved)) > 0.25 * room  # more than the ratio
+    assert request.max_tokens is not None and request.max_tokens <= 0.25 * room
+    used = counter.count_messages(outcome.messages)
+    assert 0.8 * budget.target_tokens <= used <= budget.input_budget
+    assert list(request.messages) + preserved == msgs[1:]

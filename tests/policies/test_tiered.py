@@ -16,6 +16,7 @@ from contextfold._messages.structure import leading_system_count
 from contextfold._policies.budget_allocation import allocate_budget
 from contextfold._policies.fitting import shrink_message
 from contextfold._policies.importance import keyword_truncate
+from contextfold._policies.tier_spans import Recency
 from contextfold._policies.tiered import TIER_INSTRUCTIONS
 from contextfold.errors import ConfigurationError
 from contextfold.policy import (
@@ -28,7 +29,13 @@ from contextfold.policy import (
     score_importance,
     split_groups,
 )
-from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
+from contextfold.testing import (
+    ScriptedSummarizer,
+    assert_valid_within,
+    generate_chat,
+    histories,
+    run_policy,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -140,21 +147,84 @@ def test_residuals_are_capped_and_unused_tier_budget_goes_to_tier0() -> None:
 # -- tiers ---------------------------------------------------------------------------
 
 
-def test_tiers_by_recency_each_with_its_own_instructions(counter: cf.TokenCounter) -> None:
-    history = chatter(60)
+def full_summary(request: SummaryRequest) -> str:
+    """A summary that takes all the room it is given, as an LLM told the size would."""
+    return "word " * (request.max_tokens or 10)
+
+
+def test_tier0_holds_the_newest_messages_its_allocation_holds(counter: cf.TokenCounter) -> None:
+    # Short messages: the design's 10 raw messages would leave most of tier 0's 70% unused,
+    # so tier 0 takes the newest messages its tokens hold; tiers 1 and 2 keep their 15 and
+    # 25 messages, right before it, and tier 3 holds the rest.
+    history = chatter(90)
     window = int(counter.count_messages(history) / 0.8)
-    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window))
-    assert [(r.purpose, len(r.messages)) for r in requests] == [
-        ("tier1", 15), ("tier2", 25), ("tier3", 10)]
-    assert [r.instructions for r in requests] == list(TIER_INSTRUCTIONS)
-    assert requests[2].messages == tuple(history[:10])
-    assert requests[0].messages == tuple(history[35:50])
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
+                              answer=full_summary)
+    n0 = outcome.details["tiers"]["tier0"]
+    assert n0 > 10
+    assert outcome.details["tiers"] == {"tier0": n0, "tier1": 15, "tier2": 25, "tier3": 50 - n0}
+    # oldest tier first: what an older summary leaves unused can still widen tier 0
+    assert [r.purpose for r in requests] == ["tier3", "tier2", "tier1"]
+    assert [r.instructions for r in requests] == list(TIER_INSTRUCTIONS)[::-1]
+    assert requests[0].messages == tuple(history[: 50 - n0])
+    assert requests[1].messages == tuple(history[50 - n0 : 75 - n0])
+    assert requests[2].messages == tuple(history[75 - n0 : 90 - n0])
     kinds = [m.metadata.get("tier") for m in outcome.messages]
     assert kinds[:3] == [3, 2, 1]
-    assert outcome.messages[3].source == "ledger"  # what the tiers took out, item by item
-    assert outcome.messages[4:] == history[-10:]
     assert all(m.source == "summary" and m.role == "user" for m in outcome.messages[:3])
-    assert outcome.details["tiers"] == {"tier0": 10, "tier1": 15, "tier2": 25, "tier3": 10}
+    assert outcome.messages[3].source == "ledger"  # what the tiers took out, item by item
+    assert outcome.messages[4:] == history[-n0:]
+    allocated = outcome.details["budget"]["allocated"]["tier0"]
+    assert counter.count_messages(history[-n0:]) <= allocated
+    target = cf.Budget(context_window=window).target_tokens
+    tiered = [m for m in outcome.messages if m.source != "ledger"]
+    assert 0.9 * target <= counter.count_messages(tiered) <= target
+
+
+def test_room_older_summaries_leave_unused_goes_to_the_newest_messages(
+    counter: cf.TokenCounter,
+) -> None:
+    history = chatter(90)
+    context = context_for(counter, window=int(counter.count_messages(history) / 0.8))
+    planned, _ = drive(cf.TieredPolicy(), history, context, answer=full_summary)
+    outcome, requests = drive(cf.TieredPolicy(), history, context, answer="short summary")
+    # The short summaries of tiers 3 and 2 left their room unused: tier 1's messages took
+    # it, raw, instead of a summary of them.
+    assert [r.purpose for r in requests] == ["tier3", "tier2"]
+    assert outcome.details["tiers"]["tier0"] == planned.details["tiers"]["tier0"] + 15
+    summarized = {id(m) for r in requests for m in r.messages}
+    assert not any(id(m) in summarized for m in outcome.messages)  # never both
+    tiered = [m for m in outcome.messages if m.source != "ledger"]
+    assert counter.count_messages(tiered) >= 0.9 * context.budget.target_tokens
+    assert cf.validate(outcome.messages) == []
+
+
+def test_messages_over_tier0s_allocation_keep_the_designs_tier_boundaries(
+    counter: cf.TokenCounter,
+) -> None:
+    history = chatter(60, size=1_500)
+    window = int(counter.count_messages(history) / 4)
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
+                              answer=full_summary)
+    n0 = outcome.details["tiers"]["tier0"]
+    assert 1 <= n0 < 10  # the design's 10 do not fit: its oldest join tier 1
+    assert outcome.details["tiers"] == {"tier0": n0, "tier1": 25 - n0, "tier2": 25, "tier3": 10}
+    assert [len(r.messages) for r in requests] == [10, 25, 25 - n0]
+
+
+@pytest.mark.parametrize("answer_words", [100, 600])
+def test_the_latest_request_stays_verbatim_when_tier0_cannot_hold_it(
+    counter: cf.TokenCounter, answer_words: int,
+) -> None:
+    request = cf.Message(role="user", content="Write up the report in one page, please.")
+    answer = cf.Message(role="assistant", content="A long answer. " * answer_words)
+    history = [*chatter(40), request, answer]
+    window = counter.count_message(answer) * 3 // 2  # the answer fills tier 0 alone
+    outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window))
+    assert outcome.messages[-2:] == [request, answer]
+    assert outcome.messages[-2] is request
+    assert not any(request in r.messages for r in requests)
+    assert counter.count_messages(outcome.messages) <= window
 
 
 def test_residuals_stay_in_place_and_keep_their_call(counter: cf.TokenCounter) -> None:
@@ -194,7 +264,7 @@ def test_residual_cap_demotes_the_lowest_scores(counter: cf.TokenCounter) -> Non
 def test_failed_summary_falls_back_to_keyword_truncation(counter: cf.TokenCounter) -> None:
     history = chatter(60, size=1_500)
     history[3] = cf.Message(role="assistant", content="Shipment KT-4242 must go out on Monday.")
-    window = int(counter.count_messages(history) / 0.8)
+    window = int(counter.count_messages(history) / 2)
     outcome, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
                               answer=None)
     assert len(requests) == 3
@@ -249,8 +319,10 @@ def test_tiering_disabled_by_env_gives_one_summary(counter: cf.TokenCounter) -> 
     policy = cf.TieredPolicy.from_env({"PROMPT_COMPACTION_TIERED_ENABLED": "false"})
     history = chatter(60)
     window = int(counter.count_messages(history) / 0.8)
-    _, requests = drive(policy, history, context_for(counter, window))
-    assert [(r.purpose, len(r.messages)) for r in requests] == [("tier1", 50)]
+    outcome, requests = drive(policy, history, context_for(counter, window))
+    kept = outcome.details["tiers"]["tier0"]
+    assert [(r.purpose, len(r.messages)) for r in requests] == [("tier1", 60 - kept)]
+    assert outcome.messages[-kept:] == history[-kept:]
 
 
 @pytest.mark.parametrize(
@@ -301,19 +373,21 @@ def test_the_newest_group_is_cut_head_tail_before_failing(counter: cf.TokenCount
     assert result.text.endswith("page tail") and "TRUNCATED" in result.text
 
 
-def test_budget_left_under_the_target_goes_to_the_tier_summaries(
-    counter: cf.TokenCounter,
-) -> None:
-    # Tier 0 (the last 10 short messages) uses little of its 70%: what it leaves goes to
-    # the tier-1 summary, up to the share tier 1 preserves (70% of its messages).
+def test_budget_tier0_cannot_use_goes_to_the_tier_summaries(counter: cf.TokenCounter) -> None:
+    # Tier 0 takes the newest messages while they fit; the next one is too big for what is
+    # left, and that rest goes to the tier-1 summary, up to the share tier 1 preserves.
     history = [*chatter(20, size=1_500), *chatter(10, size=60)]
     window = int(counter.count_messages(history) / 0.8)
     policy = cf.TieredPolicy(residuals_enabled=False)
-    _, requests = drive(policy, history, context_for(counter, window, force=True))
+    outcome, requests = drive(policy, history, context_for(counter, window, force=True),
+                              answer=full_summary)
     tier1 = next(r for r in requests if r.purpose == "tier1")
-    share = int(cf.Budget(context_window=window).target_tokens * 0.20)  # the tiered design's split
-    assert tier1.max_tokens is not None and tier1.max_tokens > share
+    allocated = outcome.details["budget"]["allocated"]["tier1"]
+    header = counter.count_message(next(m for m in outcome.messages
+                                        if m.metadata.get("tier") == 1 and m.source == "summary"))
+    assert tier1.max_tokens is not None and tier1.max_tokens + header > allocated
     assert tier1.max_tokens <= 0.7 * counter.count_messages(tier1.messages)
+    assert outcome.details["tiers"]["tier0"] > 10
 
 
 @settings(max_examples=max(200, settings.default.max_examples))  # central invariant
@@ -402,7 +476,10 @@ def test_a_group_straddling_a_tier_boundary_joins_the_recent_tier(
     loop = [cf.Message(role="assistant", tool_calls=calls),
             *(cf.Message(role="tool", tool_call_id=c.id, content="plain text result")
               for c in calls)]
-    history = [*chatter(40), *loop, *chatter(8)]  # the loop holds positions 9-12 from the end
+    # The loop holds positions 9-12 from the end; the message before it is too big for tier
+    # 0's allocation, so tier 0 ends at the loop.
+    big = cf.Message(role="user", content="too big to keep raw " * 2_000)
+    history = [*chatter(40), big, *loop, *chatter(8)]
     window = int(counter.count_messages(history) / 0.8)
     outcome, requests = drive(cf.TieredPolicy(residuals_enabled=False), history,
                               context_for(counter, window))
@@ -410,3 +487,38 @@ def test_a_group_straddling_a_tier_boundary_joins_the_recent_tier(
     assert not any(m in r.messages for r in requests for m in loop)
     assert outcome.details["tiers"]["tier0"] == 12
     assert cf.validate(outcome.messages) == []
+
+
+def test_tier_spans_by_tokens_and_by_the_designs_message_counts() -> None:
+    # Newest first: eight single messages, then a loop of four (it starts 8 messages from
+    # the end, within the design's 10, so it joins tier 0 whole), then single messages.
+    sizes = [1] * 8 + [4] + [1] * 60
+    recency = Recency.of(range(len(sizes)), sizes, [10] * len(sizes), [0] * len(sizes),
+                         (10, 25, 50))
+    assert recency.by_count == 9
+    at = recency.sizes(9)
+    assert (at.groups, at.tokens[0]) == ({0: 9, 1: 13, 2: 25, 3: 22}, 90)
+    # a tier 0 of 20 groups (23 messages) pushes tiers 1 and 2 back by what it grew
+    assert recency.sizes(20).groups == {0: 20, 1: 13, 2: 25, 3: 11}
+    # a tier 0 shorter than the design's leaves the design's boundaries in place
+    assert recency.sizes(3).groups == {0: 3, 1: 19, 2: 25, 3: 22}
+    assert recency.tier_of(3)[2] == 0 and recency.tier_of(3)[3] == 1
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_every_tier_summary_names_the_latest_request_as_its_task(
+    counter: cf.TokenCounter, answered: bool,
+) -> None:
+    chat = generate_chat(2, sessions=6).messages
+    end = next(i for i in range(len(chat) - 1, 0, -1) if chat[i].role == "user"
+               and chat[i].source is None) + (2 if answered else 1)
+    history = chat[:end]
+    latest = history[-2] if answered else history[-1]
+    window = int(counter.count_messages(history) / 0.8)
+    summarizer = cf.ExtractiveSummarizer(counter=counter)
+    _, requests = drive(cf.TieredPolicy(), history, context_for(counter, window),
+                        answer=summarizer.summarize)
+    assert len(requests) >= 2
+    for r in requests:
+        assert summarizer.summarize(r).startswith(f"TASK: {latest.text}\n")
+        assert r.open_request == (None if answered else latest.text)

@@ -61,6 +61,10 @@ class SummaryRequest:
     open_request: str | None = None
     """The conversation's latest user request when nothing has answered it yet, also when
     it lies after the summarized span: TASK names it and REMAINING keeps it open."""
+    latest_request: str | None = None
+    """The conversation's latest user request, answered or not, when the policy names it:
+    TASK names it (the span's own requests are earlier ones); REMAINING is left to what
+    the span and ``open_request`` say."""
 
     @property
     def cache_key(self) -> str:
@@ -71,6 +75,7 @@ class SummaryRequest:
         h.update(self.instructions.encode("utf-8"))
         h.update(str(self.max_tokens).encode())
         h.update((self.open_request or "").encode("utf-8", "surrogatepass"))
+        h.update(b"\x00" + (self.latest_request or "").encode("utf-8", "surrogatepass"))
         for m in self.messages:
             h.update(m.fingerprint.encode())
         return h.hexdigest()

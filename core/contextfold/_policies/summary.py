@@ -2,11 +2,14 @@
 
 When the context approaches capacity (the budget's trigger, or a forced run), the policy
 walks back from the newest message keeping whole groups until ``recent_preserve_ratio`` of
-the message budget is used, asks for ONE summary of everything older and returns::
+the message budget is used (or, when the budget's target leaves more beside a summary of
+that size, until what the target leaves), asks for ONE summary of everything older, of at
+most ``recent_preserve_ratio`` of the message budget, and returns::
 
-    [system prompt]            (optionally reloaded: the context-manager design's reload on
-    compaction) [CONTEXT SUMMARY] ...      a user message with the context-manager design's prefix
-    and the time it was made [pinned older groups]      kept verbatim, never folded into a summary
+    [system prompt]            optionally reloaded (the design reloads its prompt files)
+    [CONTEXT SUMMARY] ...      a user message with the design's prefix and when it was made
+    [pinned older groups]      kept verbatim, never folded into a summary; so is the latest
+                               user request when it is older than the preserved tail
     [preserved recent groups]
 
 The summary is a user message; the preserved part may start with any role after it.
@@ -35,7 +38,7 @@ from .contract import (
 )
 from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
 from .head_tail import HeadTail, truncate_head_tail
-from .prompt_source import open_request
+from .prompt_source import find_prompt, open_request
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
@@ -90,12 +93,13 @@ class SummaryPolicy:
 
     Runs when the input passes ``budget.trigger_tokens`` (or when forced) and returns the
     input itself otherwise. One :class:`SummaryRequest` (purpose ``"summary"``) covers every
-    message older than the preserved tail, except pinned groups, which stay verbatim.
+    message older than the preserved tail, except pinned groups and the latest user
+    request, which stay verbatim after the summary.
 
     When the summary fails (``reply.text is None``) nothing is folded: the newest groups
-    that fit the budget's target are kept verbatim (at least the last group), the older
-    ones are dropped, and a ``[CONTEXT NOTICE]`` says so, in the messages and in the
-    report's notes.
+    that fit the budget's target are kept verbatim (at least the last group, and the latest
+    user request), the older ones are dropped, and a ``[CONTEXT NOTICE]`` says so, in the
+    messages and in the report's notes.
 
     When the result is still over budget: the preserved tool results are cut head+tail,
     then the summary text is cut head+tail to fit; ``BudgetExceededError`` when the system
@@ -103,7 +107,10 @@ class SummaryPolicy:
 
     Args:
         recent_preserve_ratio: share of the message budget (the input budget less the
-            system prompt and tool definitions) kept verbatim at the end, in (0, 1).
+            system prompt and tool definitions) kept verbatim at the end, in (0, 1), and
+            the most the summary is asked for. With a target above twice this share, the
+            tail kept verbatim is what the target leaves beside the summary, so the output
+            lands near the target.
         reload_system_prompt: called on each compaction for a fresh system prompt
             (the context-manager design reloads the prompt files then); it replaces the first
             system message. If it raises, the old prompt is kept and the report says why.
@@ -155,28 +162,49 @@ class SummaryPolicy:
         groups = split_groups(messages, n_sys)
         count = context.counter.count_message
         room = context.available - context.counter.count_messages(system)
-        keep_from = _preserve_from(groups, int(room * self.recent_preserve_ratio), count)
+        summary_room = int(room * self.recent_preserve_ratio)
+        # The tail kept verbatim: its share of the room, or what the target leaves after the
+        # summary's room when that is more (a target above half the budget).
+        target_room = context.budget.target_tokens - context.measure(system)
+        keep_from = _preserve_from(
+            groups, max(summary_room, target_room - summary_room - _SUMMARY_FRAME), count)
         older, recent = groups[:keep_from], groups[keep_from:]
-        folded = [g for g in older if not any(m.is_pinned for m in g.messages)]
-        pinned = [g for g in older if any(m.is_pinned for m in g.messages)]
+        latest = find_prompt(messages, n_sys)
+
+        def verbatim(g: Group) -> bool:  # pinned, or the latest user request
+            return any(m.is_pinned for m in g.messages) or (
+                latest is not None and g.start <= latest < g.end)
+
+        folded = [g for g in older if not verbatim(g)]
         if not folded:
             return self._fit_only(messages, system, groups, context, notes)
-        kept = [m for g in (*pinned, *recent) for m in g.messages]
-        spare = room - sum(count(m) for m in kept) - 80
+        # The request stays where it was relative to what is folded: before the summary when
+        # folded work came after it (a long turn), after it otherwise (a chat's last request).
+        first = [g for g in older if verbatim(g) and g.start < folded[-1].start
+                 and not any(m.is_pinned for m in g.messages)]
+        pinned = [g for g in older if verbatim(g) and g not in first]
+        kept = [m for g in (*first, *pinned, *recent) for m in g.messages]
+        spare = room - sum(count(m) for m in kept) - _SUMMARY_FRAME
         reply: SummaryReply = yield SummaryRequest(
             messages=tuple(m for g in folded for m in g.messages),
             instructions=self.instructions,
-            max_tokens=max(64, min(spare, int(room * self.recent_preserve_ratio))),
+            max_tokens=max(64, min(spare, summary_room)),
             purpose="summary",
             open_request=open_request(messages),
+            latest_request=(messages[latest].text
+                            if latest is not None and latest >= folded[-1].end else None),
         )
         if reply.text is None:
             return self._failed(messages, system, groups, context, notes, reply)
         summary = summary_message(reply.text, context.now, self.tz)
-        out = [*system, summary, *kept]
-        origins: list[int | None] = [None] * (len(system) + 1)
+        head = [m for g in first for m in g.messages]
+        out = [*system, *head, summary, *(m for g in (*pinned, *recent) for m in g.messages)]
+        at = len(system) + len(head)  # where the summary is
+        origins: list[int | None] = [None] * len(system)
+        origins += [i for g in first for i in range(g.start, g.end)]
+        origins.append(None)
         origins += [i for g in (*pinned, *recent) for i in range(g.start, g.end)]
-        fitted = self._fit(out, origins, len(system), reply.text, context)
+        fitted = self._fit(out, origins, at, reply.text, context)
         changed = targets(originals(messages, out, origins), fitted, origins, context)
         folded_targets = [
             Target(i, messages[i].role, "summarized", count(messages[i]), 0,
@@ -209,17 +237,16 @@ class SummaryPolicy:
         self,
         out: list[Message],
         origins: list[int | None],
-        n_system: int,
+        at: int,
         text: str,
         context: CompactionContext,
     ) -> list[Message]:
         """Fit summary + kept groups: cut kept tool results, then the summary text."""
         fits = fits_budget(context)
-        tools = [k for k, m in enumerate(out) if k > n_system and m.role == "tool"]
+        tools = [k for k, m in enumerate(out) if k > at and m.role == "tool"]
         saved = [out[k] for k in tools]
         if fits(out) or shrink_largest_first(out, tools, fits, self.shape, context):
             return out
-        at = n_system  # position of the summary message
         lo, hi = 0, len(text)
 
         def with_summary(cap: int) -> list[Message]:
@@ -278,11 +305,14 @@ class SummaryPolicy:
         notes: list[str],
         reply: SummaryReply,
     ) -> PolicyOutcome:
-        """No summary: keep the newest groups that fit the target, verbatim, and a notice."""
+        """No summary: keep the newest groups that fit the target, verbatim, with the pinned
+        ones and the latest request, and a notice."""
         count = context.counter.count_message
         placeholder = _notice(len(messages), context.now)
         base = context.measure([*system, placeholder])
-        pinned = [g for g in groups if any(m.is_pinned for m in g.messages)]
+        latest = find_prompt(messages, len(system))
+        pinned = [g for g in groups if any(m.is_pinned for m in g.messages)
+                  or (latest is not None and g.start <= latest < g.end)]  # and the request
         base += sum(count(m) for g in pinned for m in g.messages)
         keep_from = _preserve_from(groups, context.budget.target_tokens - base, count)
         kept = [g for k, g in enumerate(groups) if k >= keep_from or g in pinned]
@@ -309,6 +339,9 @@ class SummaryPolicy:
             details={"summarized_messages": 0, "dropped_messages": n_dropped,
                      "summary_origin": reply.origin},
         )
+
+
+_SUMMARY_FRAME = 80  # tokens of the summary message around its text (prefix, stamp)
 
 
 def _notice(dropped: int, now: datetime | None) -> Message:

@@ -7,32 +7,43 @@ towards ``budget.target``:
    ``residual_threshold`` are *residuals* and bypass compression, at most
    ``residual_max_percent`` of the messages and ``residual_budget_share`` of the budget,
    the lowest-scoring demoted first. A residual keeps its whole atomic group (a tool result
-   keeps its call and the call's other results); pinned messages are kept the same way;
-2. the other groups go to tiers by recency: the last ``tier0_size`` messages raw, up to
-   ``tier1_size`` in tier 1 (70% of the detail), up to ``tier2_size`` in tier 2 (40%), the
-   rest in tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
+   keeps its call and the call's other results); pinned messages are kept the same way,
+   and so is the latest user request, which stays verbatim in place;
+2. the other groups go to tiers by recency, sized by the budget (:mod:`.tier_spans`):
+   tier 0 holds the newest groups raw, as many as fit the allocation it gets once tiers
+   1-3 took what they need of the rest (at least the newest group; the design's last
+   ``tier0_size`` messages when they fit, and more when the budget holds more); tier 1
+   (70% of the detail) and tier 2 (40%) keep the design's widths in messages (up to
+   ``tier1_size`` and ``tier2_size`` from the end) and start where tier 0 ends; the rest
+   is tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
    call is never split from its results;
 3. the budget is allocated (:func:`allocate_budget`): fixed parts, safety margin, residuals,
-   then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. When tier 0's
-   raw messages exceed its share, its oldest groups move to tier 1 (the newest stays);
+   then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. A tier needs
+   its header and its preserved share, and carries the summaries of earlier passes it
+   holds whole (condensing them again by its preservation would shrink old history
+   geometrically, pass after pass);
 4. each non-empty tier is summarized with its own instructions (one request per tier,
-   ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache); a summary larger than
-   its allocation, or a failed one, is shrunk by keyword-preserving truncation, no LLM;
+   ``purpose`` ``"tier1"``..``"tier3"``, through the summary cache), oldest tier first:
+   the room tiers 3 and 2 leave unused (a summary shorter than its allocation) goes to the
+   most recent messages, tier 1's newest groups joining tier 0 raw before tier 1 is
+   summarized (all of them when that costs no more than its summary's room); a summary
+   larger than its allocation, or a failed one, is shrunk by keyword-preserving
+   truncation, no LLM;
 5. the output keeps the original order: system messages, then each tier's summary (a user
    message, ``source="summary"``) where the tier's first message was, residuals in place,
    tier 0 raw at the end.
 
-Budget the plan leaves under the target (tier 0 using less than its share) goes to the
-tier summaries, most recent tier first, each up to its preserved share: the tiered design gives the
-tiers' unused budget to tier 0, this gives tier 0's back, so a summary is not squeezed to
-its header while the budget sits unused.
+Budget the plan leaves under the target (the next group is too big for what tier 0 has
+left) goes to the tier summaries, most recent tier first, each up to what it needs.
 
 When even that does not fit the input budget, residual groups are demoted (lowest score
-first) into their tiers; then one tier holds every group but the newest (one header, its
-summary sized to what the budget leaves); then the newest group is cut head+tail (its tool
-calls kept) to the largest common size that fits. :class:`~contextfold.BudgetExceededError`
-is raised only when the system messages, pinned messages, the newest group cut to its
-labels and one tier header do not fit.
+first) into their tiers; then one tier holds every group but the newest and the latest
+request (one header, its summary sized to what the budget leaves); then the newest group is
+cut head+tail (its tool calls kept) to the largest common size that fits.
+:class:`~contextfold.BudgetExceededError` is raised only when the system messages, pinned
+messages, the latest request, the newest group cut to its labels and one tier header do
+not fit (the engine then sends the system prompt and the latest request, when those fit);
+a request that does not fit beside the system prompt at all joins the tier.
 """
 
 from __future__ import annotations
@@ -48,22 +59,31 @@ from .._lossless.learning import apply_learning, learned_in
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
-from .._messages.structure import Group, leading_system_count, split_groups
+from .._messages.structure import leading_system_count, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
-from .budget_allocation import DEFAULT_TIER_SHARES, BudgetAllocation, allocate_budget
-from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest, Target
-from .fitting import fits_budget, shrink_message, squeeze
+from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
+from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
+from .fitting import shrink_message
 from .head_tail import HeadTail
 from .importance import (
     DEFAULT_WEIGHTS,
-    ImportanceScore,
     ImportanceWeights,
     estimated_chars,
     id_tokens,
     keyword_truncate,
     score_messages,
 )
-from .prompt_source import open_request
+from .prompt_source import find_prompt, open_request
+from .tier_plan import (
+    FixedParts,
+    TierPlan,
+    cut_newest,
+    cut_targets,
+    header_message,
+    tier_details,
+    tier_targets,
+)
+from .tier_spans import Recency, TierSizes
 
 __all__ = ["ENV_PREFIX", "TIER_INSTRUCTIONS", "TieredPolicy"]
 
@@ -94,9 +114,11 @@ class TieredPolicy:
         residual_threshold: score at which a message is a residual (the tiered design: 60).
         residual_max_percent: most messages that may be residuals, as a share (0.20).
         residuals_enabled: extract residuals at all.
-        tier0_size: recent messages kept raw (10).
-        tier1_size: messages from the end up to which tier 1 reaches (25).
-        tier2_size: messages from the end up to which tier 2 reaches (50); older is tier 3.
+        tier0_size: recent messages kept raw at least, when they fit tier 0's allocation
+            (10); tier 0 holds more when its allocation does.
+        tier1_size: messages from the end up to which tier 1 reaches (25), counted from
+            where tier 0 ends when tier 0 holds more than ``tier0_size``.
+        tier2_size: the same for tier 2 (50); older is tier 3.
         preservation: share of detail kept by tiers 1-3 (0.70, 0.40, 0.15).
         budget_allocation: allocate the budget between residuals and tiers;
             when off, summaries are sized by ``preservation`` alone and only the input
@@ -188,15 +210,21 @@ class TieredPolicy:
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
-        for tier in (1, 2, 3):
+        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
+        for tier in (3, 2, 1):  # oldest first: what they leave unused widens tier 0
+            if tier == 1:
+                self._widen_tier0(plan, summaries, context)
             members = plan.members(tier)
             if not members:
                 continue
             originals = tuple(m for g in members for m in plan.groups[g].messages)
+            task = (messages[latest].text
+                    if latest is not None and latest >= plan.groups[members[-1]].end else None)
             reply = yield SummaryRequest(
                 messages=originals, instructions=self.instructions[tier - 1],
                 max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
                 open_request=open_request(messages),
+                latest_request=task,
             )
             summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
         return self._finish(messages, plan, summaries, context)
@@ -215,13 +243,20 @@ class TieredPolicy:
                 score_messages(messages, now=context.now, threshold=self.residual_threshold,
                                weights=self.weights),
                 messages, learned_in(context.state), self.residual_threshold),
-            lead=lead, offset=offset,
+            lead=lead, offset=offset, target=context.budget.target_tokens,
         )
         plan.pinned = {g for g, grp in enumerate(plan.groups)
                        if any(m.is_pinned for m in grp.messages)}
+        latest = find_prompt(messages, lead)
+        plan.latest = next((g for g, grp in enumerate(plan.groups) if latest is not None
+                            and grp.start <= latest < grp.end and g not in plan.pinned), None)
         self._pick_residuals(plan, messages, context)
         while True:
             self._assign_tiers(plan, context, messages)
+            if plan.latest is not None and plan.tier_of.get(plan.latest, 0) != 0:
+                # The latest request fell out of tier 0: it stays verbatim in place instead.
+                plan.request = {plan.latest}
+                self._assign_tiers(plan, context, messages)
             planned = self._plan_tokens(plan, messages, context)
             if planned <= context.budget.input_budget:
                 self._share_slack(plan, context.budget.target_tokens - planned)
@@ -233,9 +268,8 @@ class TieredPolicy:
             plan.kept.discard(min(plan.kept, key=lambda g: (self._group_score(plan, g), g)))
 
     def _share_slack(self, plan: TierPlan, slack: int) -> None:
-        """Budget left under the target after the plan goes to the tier summaries, most
-        recent tier first, each up to its preserved share (the tiered design gives the tiers' unused
-        budget to tier 0; this gives tier 0's unused budget back)."""
+        """Budget left under the target once tier 0 took the groups that fit goes to the
+        tier summaries, most recent tier first, each up to what it needs."""
         for t in (1, 2, 3):
             if slack <= 0:
                 return
@@ -248,9 +282,18 @@ class TieredPolicy:
         self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
     ) -> TierPlan:
         """Every residual demoted and still too big: one tier (one header) holds every group
-        but the newest, its summary gets what the budget leaves, and the newest group is cut
-        head+tail when that is still needed. Raises when not even that fits."""
+        but the newest and the latest request, its summary gets what the budget leaves, and
+        the newest group is cut head+tail when that is still needed. Raises when not even
+        that fits (the engine then sends the system prompt and the latest request); a
+        request that does not fit beside the system prompt at all joins the tier."""
         newest = len(plan.groups) - 1
+        if plan.latest is not None and plan.latest != newest and plan.latest in plan.tier_of:
+            del plan.tier_of[plan.latest]
+            plan.request = {plan.latest}
+        request = [m for g in plan.request for m in plan.groups[g].messages]
+        if context.measure([*messages[: plan.lead], *request]) > context.budget.input_budget:
+            plan.tier_of.update(dict.fromkeys(plan.request, 1))
+            plan.request.clear()
         for g in plan.tier_of:
             plan.tier_of[g] = 0 if g == newest else 1
         members = [m for g in plan.members(1) for m in plan.groups[g].messages]
@@ -272,7 +315,8 @@ class TieredPolicy:
     ) -> bool:
         """True when the plan fits with the newest group's messages cut to their labels."""
         newest = plan.groups[-1].messages if plan.groups else ()
-        if not newest or plan.tier_of.get(len(plan.groups) - 1, -1) != 0:
+        last = len(plan.groups) - 1
+        if not newest or (plan.tier_of.get(last, -1) != 0 and last not in plan.request):
             return False
         floor = [shrink_message(m, HeadTail(), max_chars=0) for m in newest]
         saved = context.counter.count_messages(newest) - context.counter.count_messages(floor)
@@ -303,7 +347,7 @@ class TieredPolicy:
         used_messages = used_tokens = 0
         for i in candidates:
             g = group_of[i]
-            if g in plan.kept or g in plan.pinned:
+            if g in plan.kept or g in plan.pinned or g in plan.request:
                 continue
             size, tokens = len(plan.groups[g]), self._group_tokens(plan, g, context)
             if used_messages + size <= max_messages and used_tokens + tokens <= max_tokens:
@@ -314,65 +358,84 @@ class TieredPolicy:
     def _assign_tiers(
         self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
     ) -> None:
-        """Tiers by recency among the groups not kept; then fit tier 0 to its allocation."""
-        plan.tier_of = {}
-        bounds = (self.tier0_size, self.tier1_size, self.tier2_size)
-        seen = 0
-        for g in range(len(plan.groups) - 1, -1, -1):
-            if g in plan.kept or g in plan.pinned:
-                continue
-            plan.tier_of[g] = next((t for t, b in enumerate(bounds) if seen < b), 3)
-            seen += len(plan.groups[g])
-        tokens = {t: 0 for t in range(4)}
-        for g, t in plan.tier_of.items():
-            tokens[t] += self._group_tokens(plan, g, context)
-        tier0 = sorted(g for g, t in plan.tier_of.items() if t == 0)
-        newest_kept = bool(plan.groups) and (len(plan.groups) - 1) not in plan.tier_of
-        while True:
-            self._allocate(plan, tokens, context, messages)
-            over = (
-                tokens[0] > plan.allocation.tiers[0] if plan.allocation is not None
-                else self._plan_tokens(plan, messages, context) > context.budget.input_budget
-            )
-            if not over or not tier0 or (len(tier0) == 1 and not newest_kept):
-                return
-            g = tier0.pop(0)
-            moved = self._group_tokens(plan, g, context)
-            plan.tier_of[g] = 1
-            tokens[0] -= moved
-            tokens[1] += moved
+        """Tiers by recency among the groups not kept (:mod:`.tier_spans`): tier 0 holds
+        the newest groups that fit the allocation it gets once tiers 1-3 took what they
+        need of the rest, at least the newest group."""
+        free = [g for g in range(len(plan.groups) - 1, -1, -1)
+                if g not in plan.kept and g not in plan.pinned and g not in plan.request]
+        count = context.counter.count_message
+        recency = Recency.of(
+            free, [len(plan.groups[g]) for g in free],
+            [self._group_tokens(plan, g, context) for g in free],
+            [sum(count(m) for m in plan.groups[g].messages if m.source == "summary")
+             for g in free],
+            (self.tier0_size, self.tier1_size, self.tier2_size))
+        newest_kept = bool(plan.groups) and (not free or free[0] != len(plan.groups) - 1)
+        least = 0 if newest_kept or not free else 1
+        fixed = self._fixed_parts(plan, context, messages)
 
-    def _allocate(
-        self, plan: TierPlan, tokens: dict[int, int], context: CompactionContext,
-        messages: Sequence[Message],
-    ) -> None:
-        counts = {t: 0 for t in (1, 2, 3)}
-        for t in plan.tier_of.values():
-            if t:
-                counts[t] += 1
-        needs = []
+        def fits(extent: int) -> bool:
+            sizes = recency.sizes(extent)
+            self._allocate(plan, sizes, fixed)
+            if plan.allocation is not None:
+                return sizes.tokens[0] <= plan.allocation.tiers[0]
+            if extent <= recency.by_count:  # the design's tier 0: the input budget binds
+                plan.tier_of = recency.tier_of(extent)
+                return self._plan_tokens(plan, messages, context) <= context.budget.input_budget
+            summaries = sum(plan.rooms[t] for t in (1, 2, 3) if sizes.groups[t])
+            return (sum(fixed.parts.values()) - self.current_message_reserve + fixed.residuals
+                    + sizes.tokens[0] + summaries <= context.budget.target_tokens)
+
+        extent = max(least, recency.by_count)
+        if fits(extent):
+            while extent < len(recency) and fits(extent + 1):
+                extent += 1
+        else:  # the design's tier 0 is over its allocation: its oldest groups join tier 1
+            while extent > least:
+                extent -= 1
+                if fits(extent):
+                    break
+        plan.tier_of = recency.tier_of(extent)
+        self._allocate(plan, recency.sizes(extent), fixed)
+
+    def _fixed_parts(
+        self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
+    ) -> FixedParts:
+        """What the allocation takes before the tiers, and the largest tier header."""
         # The header at its largest: a real handle's 12 hex digits may take a token each,
         # where the zeros used to measure it take fewer.
         zeros = "0" * 12
-        header_room = context.counter.count_message(
+        header = context.counter.count_message(
             header_message(1, 10**6, ref=handle_text("ctx_" + zeros, context))
         ) + 12 - context.counter.count_text(zeros)
-        for t in (1, 2, 3):
-            plan.headers[t] = header_room
-            need = plan.headers[t] + math.ceil(self.preservation[t - 1] * tokens[t])
-            needs.append(need if counts[t] else 0)
-            plan.needs[t] = needs[-1]
-        residual_tokens = sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned)
-        allocation = allocate_budget(
-            context.budget.target_tokens,
-            fixed={
+        return FixedParts(
+            parts={
                 "system_prompt": context.counter.count_messages(messages[: plan.lead]),
                 "tools": context.fixed_tokens,
                 "calibration": plan.offset,
+                # the design's measured task prompt: the latest request, kept verbatim
+                "task_prompt": sum(self._group_tokens(plan, g, context) for g in plan.request),
                 "current_message": self.current_message_reserve,
             },
-            residual_tokens=residual_tokens, tier_needs=needs, safety_margin=self.safety_margin,
-            residual_share=self.residual_budget_share, tier_shares=self.tier_shares,
+            residuals=sum(self._group_tokens(plan, g, context) for g in plan.kept | plan.pinned),
+            header=header,
+        )
+
+    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts) -> None:
+        """The allocation for tiers of ``sizes``: each tier 1-3 needs its header, its
+        preserved share and the earlier summaries it carries, capped by its share of the
+        budget."""
+        needs = []
+        for t in (1, 2, 3):
+            plan.headers[t] = fixed.header
+            fresh = sizes.tokens[t] - sizes.carried[t]
+            need = plan.headers[t] + math.ceil(self.preservation[t - 1] * fresh)
+            needs.append(need + sizes.carried[t] if sizes.groups[t] else 0)
+            plan.needs[t] = needs[-1]
+        allocation = allocate_budget(
+            plan.target, fixed=fixed.parts, residual_tokens=fixed.residuals, tier_needs=needs,
+            safety_margin=self.safety_margin, residual_share=self.residual_budget_share,
+            tier_shares=self.tier_shares,
         )
         plan.allocation = allocation if self.budget_allocation else None
         for t in (1, 2, 3):
@@ -391,6 +454,23 @@ class TieredPolicy:
         return context.measure(kept) + summaries + plan.offset
 
     # -- summaries and output --------------------------------------------------------
+
+    def _widen_tier0(
+        self, plan: TierPlan, summaries: dict[int, Message], context: CompactionContext
+    ) -> None:
+        """The room tiers 2 and 3 planned for and their summaries left unused goes to the
+        most recent messages: tier 1's newest groups join tier 0 while they fit in it
+        (before tier 1 is summarized, so nothing is both summarized and kept)."""
+        unused = sum(plan.rooms[t] - context.counter.count_message(m)
+                     for t, m in summaries.items())
+        members = plan.members(1)
+        sizes = [self._group_tokens(plan, g, context) for g in members]
+        if members and sum(sizes) <= unused + plan.rooms[1]:  # raw costs no more than a summary
+            plan.tier_of.update(dict.fromkeys(members, 0))
+            return
+        while members and sizes[-1] <= unused:
+            plan.tier_of[members.pop()] = 0
+            unused -= sizes.pop()
 
     def _tier_message(
         self, tier: int, originals: tuple[Message, ...], text: str | None, plan: TierPlan,
@@ -469,101 +549,6 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
-
-# -- the plan: where each group goes, the tier headers, the report's figures ----------
-
-
-@dataclass
-class TierPlan:
-    """The groups and where each goes."""
-
-    groups: list[Group]
-    scores: list[ImportanceScore]
-    lead: int
-    offset: int
-    kept: set[int] = field(default_factory=set)  # residual groups
-    pinned: set[int] = field(default_factory=set)
-    tier_of: dict[int, int] = field(default_factory=dict)
-    allocation: BudgetAllocation | None = None
-    rooms: dict[int, int] = field(default_factory=dict)  # tier -> tokens for its message
-    headers: dict[int, int] = field(default_factory=dict)
-    needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
-    cut_newest: bool = False  # the newest group must be cut head+tail to fit
-
-    def members(self, tier: int) -> list[int]:
-        """The groups in ``tier``, oldest first."""
-        return [g for g, t in sorted(self.tier_of.items()) if t == tier]
-
-def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Message:
-    """A tier's summary message: its header, then ``text``."""
-    full = f"; full text: {ref}" if ref else ""
-    header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
-    return Message(role="user", content=f"{header}\n\n{text}" if text else header,
-                   source="summary", metadata={"compaction": "tiered", "tier": tier})
-
-def tier_targets(plan: TierPlan, context: CompactionContext) -> tuple[Target, ...]:
-    """The report's targets: every summarized message, with its tier's handle."""
-    count = context.counter.count_message
-    spans = {t: handle_for(m for g in plan.members(t) for m in plan.groups[g].messages)
-             for t in (1, 2, 3) if plan.members(t)}
-    return tuple(
-        Target(index=i, role=m.role, method=f"summarized:tier{t}",
-               original_tokens=count(m), new_tokens=0,
-               tool_name=m.name if m.role == "tool" else None, handle=spans[t])
-        for g, t in sorted(plan.tier_of.items()) if t
-        for i, m in enumerate(plan.groups[g].messages, start=plan.groups[g].start)
-    )
-
-def tier_details(
-    messages: Sequence[Message], out: Sequence[Message], plan: TierPlan,
-    context: CompactionContext,
-) -> dict[str, Any]:
-    """Compression metrics, residuals with their factors, tiers and the budget report."""
-    original, compressed = context.measure(messages), context.measure(out)
-    residual_indices = [
-        i for g in sorted(plan.kept) for i in range(plan.groups[g].start, plan.groups[g].end)
-    ]
-    tiers = {f"tier{t}": sum(len(plan.groups[g]) for g in plan.members(t)) for t in range(4)}
-    budget = plan.allocation.as_dict() if plan.allocation is not None else None
-    if budget is not None:
-        budget["used_tokens"] = compressed + plan.offset
-        budget["used_percent"] = round(100 * (compressed + plan.offset) / budget["total"], 2)
-    return {
-        "original_tokens": original,
-        "compressed_tokens": compressed,
-        "ratio": round(compressed / original, 4) if original else 1.0,
-        "residual_count": len(residual_indices),
-        "residuals": [
-            {"index": i, "score": plan.scores[i].score, "factors": list(plan.scores[i].factors)}
-            for i in residual_indices if plan.scores[i].is_residual
-        ],
-        "pinned_count": sum(len(plan.groups[g]) for g in plan.pinned),
-        "tiers": tiers,
-        "budget": budget,
-    }
-
-def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
-    """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
-    the largest common size that fits; False when not even their labels fit."""
-    newest = plan.groups[-1].messages if plan.groups else ()
-    if not newest or out[-len(newest):] != list(newest):
-        return False
-    spots = list(range(len(out) - len(newest), len(out)))
-    plan.cut_newest = True
-    return squeeze(out, spots, newest, fits_budget(context), HeadTail())
-
-def cut_targets(
-    before: Sequence[Message], after: Sequence[Message], context: CompactionContext
-) -> tuple[Target, ...]:
-    """A ``"truncated"`` target for each message ``after`` replaced (same positions)."""
-    count = context.counter.count_message
-    return tuple(
-        Target(index=i, role=old.role, method="truncated", original_tokens=count(old),
-               new_tokens=count(new), tool_name=old.name if old.role == "tool" else None,
-               handle=handle_for(old))
-        for i, (old, new) in enumerate(zip(before, after, strict=True)) if new is not old
-    )
-
 
 # -- configuration from the environment ------------------------------------------------
 

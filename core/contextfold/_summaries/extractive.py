@@ -3,9 +3,12 @@
 Deterministic and linear in the input. It writes the sections of the threshold design plus the
 errors::
 
-    TASK: the latest user request (the conversation's open one when the policy names it),
-          then the earlier requests as items, newest first (at most three)
-    PROGRESS: numbered completed tool steps, each with the tool and its key result
+    TASK: the latest user request (the conversation's open or latest one when the policy
+          names it),
+          then the earlier requests as items, newest first (at most three); session
+          markers, nudges and other synthetic user messages are never requests
+    PROGRESS: numbered completed tool steps, each with the tool and its key result; in a
+              span without tool calls (plain chat), the requests and their answers
     REMAINING: what the latest request asks that has no result yet (best effort; says so);
                never "none" while the conversation's latest request is unanswered
     DATA: every identifier of the originals, verbatim
@@ -29,6 +32,7 @@ from .._config import Ge, check
 from .._counting.counters import TokenCounter, text_over
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
+from .._policies.prompt_source import prompt_kind
 from .identifiers import head_and_tail, identifiers_of
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]
@@ -83,7 +87,8 @@ class ExtractiveSummarizer:
 
     The default summarizer when none is given, and the fallback when an LLM summarizer
     fails. ``request.max_tokens`` is respected roughly: PROGRESS is trimmed first, then
-    DECISIONS, ERRORS, the task and REMAINING; DATA only when nothing else is left.
+    DECISIONS, ERRORS, the task and REMAINING, then the earlier requests; DATA only when
+    nothing else is left.
 
     Args:
         counter: measures ``max_tokens``; default an estimate of 3 characters per token.
@@ -102,7 +107,7 @@ class ExtractiveSummarizer:
 
     def summarize(self, request: SummaryRequest) -> str:
         """The structured summary of ``request.messages``."""
-        sections = self._scan(request.messages, request.open_request)
+        sections = self._scan(request.messages, request.open_request, request.latest_request)
         text = self._render(sections)
         if request.max_tokens is None:
             return text
@@ -122,13 +127,17 @@ class ExtractiveSummarizer:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _scan(self, messages: Sequence[Message], open_request: str | None = None) -> _Sections:
+    def _scan(
+        self, messages: Sequence[Message], open_request: str | None = None,
+        latest_request: str | None = None,
+    ) -> _Sections:
         s = _Sections()
         calls: dict[str, tuple[str, str]] = {}
         answered: set[str] = set()
         last_request: int | None = None
         steps_since = 0
         answered_since = False
+        exchanges: list[tuple[int, str]] = []  # (where in PROGRESS, the step)
         for i, m in enumerate(messages):
             if _is_summary(m) and m.role != "tool":
                 self._merge(s, m.text)
@@ -137,18 +146,26 @@ class ExtractiveSummarizer:
                 s.data.setdefault(value, None)
             for call in m.tool_calls:
                 calls[call.id] = (call.name, call.arguments)
-            if m.role == "user" and m.source != "nudge":
+            if prompt_kind(m) is not None:  # a real prompt, not a marker or a nudge
                 self._new_task(s, m.text)
                 last_request, steps_since, answered_since = i, 0, False
             if m.role in ("user", "assistant"):
                 self._decisions(s, m.text)
             if m.role == "assistant":  # answered when the latest assistant turn is final text
+                if (not answered_since and not steps_since and last_request is not None
+                        and not m.tool_calls and m.text.strip()):
+                    exchanges.append((len(s.progress), self._exchange(messages[last_request], m)))
                 answered_since = not m.tool_calls and bool(m.text.strip())
             if m.role == "tool":
                 answered.add(m.tool_call_id or "")
                 steps_since += 1
                 self._step(s, m, calls.get(m.tool_call_id or ""))
+        if not calls:  # plain chat: what was asked and answered is the progress, in order
+            for at, step in reversed(exchanges):
+                s.progress.insert(at, step)
         self._remaining(s, messages, last_request, steps_since, answered_since)
+        if latest_request and not open_request:  # answered, after the span: still the task
+            self._new_task(s, latest_request)
         self._open(s, open_request)
         for call_id, (name, args) in calls.items():
             if call_id not in answered:
@@ -164,6 +181,12 @@ class ExtractiveSummarizer:
             return
         body = _short(result.text, self.step_chars) or "(no output)"
         s.progress.append(f"{name}{args} \u2192 {body}")
+
+    def _exchange(self, request: Message, answer: Message) -> str:
+        """A request answered without tools, a completed step of a plain chat: what the
+        user said (often the facts later turns need) and the head of the answer."""
+        said = _short(request.text, self.step_chars)
+        return f"asked: {said} \u2192 {_short(answer.text, self.step_chars // 2)}"
 
     def _decisions(self, s: _Sections, text: str) -> None:
         if not DECISION_LANGUAGE.search(text):
@@ -262,7 +285,8 @@ class ExtractiveSummarizer:
         return math.ceil(len(text) / 3)
 
     def _fit(self, s: _Sections, max_tokens: int, text: str, size: int) -> str:
-        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then DATA, to fit."""
+        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then the earlier
+        requests, then DATA, to fit."""
         steps = data = 0
         margin = 0.97
         for _ in range(4):  # the first pass nearly always fits: sizes scale with characters
@@ -297,6 +321,10 @@ def _trim(s: _Sections, excess: int) -> tuple[int, int]:
             s.remaining[i] = _short(item, 200)
     _, excess = _drop(s.remaining, excess, keep_first=1)
     more_steps, excess = _drop(s.progress, excess)
+    # Earlier requests were asked and answered; the identifiers are what cannot be recovered
+    # from the words of the conversation that stays in view.
+    while excess > 0 and s.earlier:
+        excess -= len(s.earlier.pop()) + 20
     omitted_data = 0
     while excess > 0 and s.data:
         excess -= len(s.data.popitem()[0]) + 3

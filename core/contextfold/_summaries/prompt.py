@@ -49,6 +49,12 @@ def summary_prompt(request: SummaryRequest) -> str:
             "The user's latest request, not answered yet (make it the TASK and keep it in "
             f"REMAINING):\n<request>\n{request.open_request}\n</request>"
         )
+    elif request.latest_request:
+        parts.append(
+            "The user's latest request, made after this conversation and answered since "
+            "(make it the TASK; the requests below are earlier ones):\n"
+            f"<request>\n{request.latest_request}\n</request>"
+        )
     if request.max_tokens:
         parts.append(f"Keep the summary under about {request.max_tokens} tokens.")
     parts.append(f"<conversation>\n{render_transcript(request.messages)}\n</conversation>")

@@ -2,7 +2,7 @@
 
     contextfold demo                      offline agent run, per-step table and HTML report
     contextfold inspect FILE [--step N]   replay a transcript under a policy and budget
-    contextfold eval FILES...             fidelity of each policy beside the peers
+    contextfold eval [FILES...] [--chats N]  fidelity of each policy beside the peers
     contextfold bench [NAME...] [--quick] the benchmark suite (from a source checkout)
 """
 
@@ -129,9 +129,13 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from .eval import evaluate, our_contender
     from .eval_peers import peer_contenders
-    from .transcripts import load_transcripts
+    from .transcripts import generated_chats, load_transcripts
 
     transcripts = [t for path in args.transcripts for t in load_transcripts(path)]
+    transcripts += generated_chats(args.chats, sessions=args.chat_sessions)
+    if not transcripts:
+        out.write("nothing to evaluate: give transcript files, --chats N, or both\n")
+        return 2
     if args.limit:
         transcripts = transcripts[: args.limit]
     counter = _counter(args)
@@ -149,16 +153,20 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     _print_table(
         [(r.contender, "ours" if r.ours else "peer", f"{r.fraction:.0%}", f"{r.score:.1%}",
           "n/a" if r.needed == 0 else f"{r.needed_score:.1%}",
-          "n/a" if r.gold == 0 else f"{r.gold_score:.1%}", f"{r.saved:.1%}", r.over_budget,
+          "n/a" if r.gold == 0 else f"{r.gold_score:.1%}",
+          "n/a" if r.asked == 0 else f"{r.recall_score:.1%}",
+          "n/a" if not r.fills else f"{r.fill:.0%}", f"{r.saved:.1%}", r.over_budget,
           r.invalid, len(r.errors)) for r in rows],
         ["contender", "", "allowance", "probes kept", "needed next", "gold kept",
-         "tokens saved", "over budget", "invalid", "errors"], out)
+         "facts recalled", "context used", "tokens saved", "over budget", "invalid",
+         "errors"], out)
     for r in rows:
         for e in r.errors[:3]:
             out.write(f"  {r.contender}: {e}\n")
     if args.json:
-        Path(args.json).write_text(json.dumps([r.__dict__ | {"score": r.score} for r in rows],
-                                              indent=2, default=str))
+        summary = [r.__dict__ | {"score": r.score, "fill": r.fill, "recall": r.recall_score}
+                   for r in rows]
+        Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
     return 0
 
 
@@ -203,7 +211,13 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--html", help="write the HTML report here")
     i.add_argument("--max-chars", type=int, default=20_000)
     e = sub.add_parser("eval", help="fidelity of each policy beside the peers")
-    e.add_argument("transcripts", nargs="+")
+    e.add_argument("transcripts", nargs="*", help="transcript files (OpenAI or Anthropic "
+                   "format, JSON or JSONL)")
+    e.add_argument("--chats", type=int, default=0, metavar="N",
+                   help="also N generated long chats with planted facts asked late "
+                   "(the 'facts recalled' column)")
+    e.add_argument("--chat-sessions", type=int, default=12, metavar="S",
+                   help="sessions per generated chat (default: %(default)s)")
     e.add_argument("--policies", default="threshold,tiered,truncation,turn-aware")
     e.add_argument("--fractions", default="0.5", help="allowances as shares of each transcript")
     e.add_argument("--model", default=None)

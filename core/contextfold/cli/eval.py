@@ -12,7 +12,13 @@ ledger copy from, so a contender cannot score by copying what the grader looks f
   conversation, present in the context it was given for that call: whether the model had
   what its next action used;
 * **gold kept**: where the data gives them, the values the final action needs (tau-bench's
-  gold action arguments that occur in the conversation).
+  gold action arguments that occur in the conversation);
+* **facts recalled**: where the transcript asks for facts (the generated long chats of
+  :func:`~contextfold.cli.transcripts.generated_chats`), the share of asked facts whose
+  latest value is in the context given to the call that answers the question. The facts
+  are the ones the generator planted, known by construction, not found by any extractor;
+* **context used**: at the measured calls whose history exceeds the allowance, the median
+  share of the allowance the contender sent (how much of its room it put to use).
 
 A context a provider would reject (invalid sequence) or that exceeds the allowance keeps
 nothing: that request fails, so its probes count as lost. A contender that raises (for
@@ -30,6 +36,7 @@ peers (``_eval_peers``) run in the same process on the same probes, on each call
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -97,6 +104,13 @@ class EvalRow:
     """Probes the model's next messages used from earlier in the conversation."""
     needed_kept: int = 0
     """Of those, present in the context of the call that wrote them."""
+    asked: int = 0
+    """Facts the transcripts ask for (generated chats)."""
+    asked_kept: int = 0
+    """Of those, present in the context of the call that answers the question."""
+    fills: list[float] = field(default_factory=list)
+    """Tokens sent as a share of the allowance, at each measured call whose history
+    exceeds the allowance."""
     tokens_before: int = 0
     """Tokens of the full transcripts."""
     tokens_after: int = 0
@@ -122,6 +136,16 @@ class EvalRow:
     def needed_score(self) -> float:
         """Share of needed-next probes the model had in view when it used them."""
         return self.needed_kept / self.needed if self.needed else float("nan")
+
+    @property
+    def recall_score(self) -> float:
+        """Share of asked facts whose value was in the context of the call that answers."""
+        return self.asked_kept / self.asked if self.asked else float("nan")
+
+    @property
+    def fill(self) -> float:
+        """Median share of the allowance sent where the history exceeded it."""
+        return statistics.median(self.fills) if self.fills else float("nan")
 
     @property
     def saved(self) -> float:
@@ -245,8 +269,10 @@ def evaluate(
             ):
                 allowance = system + max(int((total - system) * fraction), 1)
                 row.needed += sum(map(len, need.values()))
+                row.asked += sum(map(len, t.asked.values()))
+                cuts = sorted({*need, *t.asked, len(t.messages)})
                 try:
-                    at = contender.contexts_at(t, allowance, counter, [*need, len(t.messages)])
+                    at = contender.contexts_at(t, allowance, counter, cuts)
                     sent = at[len(t.messages)]
                 except Exception as exc:  # a contender's failure is a result, not a crash
                     row.errors.append(f"{t.name}: {type(exc).__name__}: {exc}")
@@ -255,11 +281,19 @@ def evaluate(
                     row.tokens_before += total
                     row.tokens_after += total
                     continue
-                for n, used_next in need.items():
+                views: dict[int, str] = {}
+                for n in cuts:
                     seen = at.get(n, [])
-                    if counter.count_messages(seen) <= allowance and not validate(seen):
-                        view = context_text(seen)
-                        row.needed_kept += sum(1 for p in used_next if p in view)
+                    used = counter.count_messages(seen)
+                    if counter.count_messages(t.messages[:n]) > allowance:
+                        row.fills.append(used / allowance)
+                    # A request the provider rejects, or one over the allowance, fails.
+                    ok = used <= allowance and not validate(seen)
+                    views[n] = context_text(seen) if ok else ""
+                for n, used_next in need.items():
+                    row.needed_kept += sum(1 for p in used_next if p in views[n])
+                for n, values in t.asked.items():
+                    row.asked_kept += sum(1 for v in values if v in views[n])
                 used = counter.count_messages(sent)
                 over, invalid = used > allowance, bool(validate(sent))
                 # A request the provider rejects keeps nothing.

@@ -9,6 +9,10 @@ Accepted shapes:
 * JSONL: one message per line (one transcript) or one record per line (a data set).
 
 Every error names the file and the position (line, record, message).
+
+:func:`generated_chats` makes transcripts without a file: long multi-session chats with
+planted facts (``contextfold.testing.generate_chat``), whose late questions the
+evaluation checks against what each call was given.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from .._messages.model import Message
 from ..errors import ConversionError, TranscriptError
 
-__all__ = ["Transcript", "load_transcripts"]
+__all__ = ["Transcript", "generated_chats", "load_transcripts"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class Transcript:
     """Tool definitions, when the file gives them."""
     gold_values: list[str] = field(default_factory=list)
     """Values the final action needs (tau-bench's gold action arguments), when given."""
+    asked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Facts the conversation asks for: for the model call that writes message ``n`` (the
+    history ``messages[:n]``), the values its answer needs (generated chats)."""
 
 
 def _is_anthropic(messages: Sequence[Any], record: Mapping[str, Any] | None) -> bool:
@@ -173,3 +180,13 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
     return [
         _from_record(item, label, f"record {i}", f"{p.name}#{i}") for i, item in enumerate(items)
     ]
+
+
+def generated_chats(count: int, *, seed: int = 0, sessions: int = 12) -> list[Transcript]:
+    """``count`` generated long chats (seeds ``seed`` to ``seed + count - 1``), each with
+    its questions as :attr:`Transcript.asked`."""
+    from .._chats import generate_chat
+
+    chats = [(s, generate_chat(s, sessions=sessions)) for s in range(seed, seed + count)]
+    return [Transcript(name=f"chat#{s}", messages=c.messages, asked=c.questions)
+            for s, c in chats]
