@@ -348,7 +348,9 @@ def _replay(store: Any, counter: cf.TokenCounter, history: list[cf.Message],
             summarizer: ScriptedSummarizer) -> list[cf.CompactionResult]:
     compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter, summarizer=summarizer,
                              store=store, conversation_id="replay")
-    return [compactor.compact(history[:n]) for n in call_points(history)[:200]]
+    results = [compactor.compact(history[:n]) for n in call_points(history)[:200]]
+    assert compactor.settle(timeout=30)  # a preparation still running reaches the store
+    return results
 
 
 def test_replaying_200_steps_with_the_persisted_cache_makes_no_summarizer_calls(
@@ -368,7 +370,9 @@ def test_replaying_200_steps_with_the_persisted_cache_makes_no_summarizer_calls(
     assert [r.messages for r in replayed] == [r.messages for r in original]
     hits = [r.report.details["summary"]["cache_hits"] for r in replayed
             if r.report.method != "none"]
-    assert sum(hits) == first.calls
+    # Every summary a step used comes from the cache (a compaction prepared at the last
+    # steps, which no step used, made one more call the first time).
+    assert sum(hits) == sum(r.report.llm_calls for r in original) <= first.calls
     assert all(r.report.llm_calls == 0 for r in replayed)
 
 

@@ -51,6 +51,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent import futures
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -305,6 +306,20 @@ class Compactor:
         self._state = ConversationState()
         self._stalled = None
         self._requested = None
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait for a compaction being prepared in a background thread to finish (tests, an
+        orderly shutdown: its summaries reach the cache and the store); its result stays
+        ready for the next call. True when nothing is left running.
+
+        A preparation running as a task of an event loop is not waited for here."""
+        prepared = self._prepared
+        if prepared is None or prepared.future.done():
+            return True
+        if not prepared.threaded:
+            return False
+        futures.wait([prepared.future], timeout)
+        return prepared.future.done()
 
     def request_compaction(self, focus: str = "") -> None:
         """Compact at the next call whatever the trigger says (the model asked for it with
