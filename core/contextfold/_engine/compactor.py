@@ -48,8 +48,8 @@ from .._config import Ge, check
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, _shared_prefix, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
+from .._lossless.handles import Block, HandleMemo, with_handles
 from .._lossless.learning import learned_in, learning_of
-from .._lossless.ledger import HandleMemo, with_handles
 from .._lossless.references import ReferenceCache, default_references, persist_originals
 from .._messages.model import Message
 from .._messages.validation import repair, validate
@@ -81,6 +81,7 @@ from .events import (
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
+from .rebuild import RebuildMemo
 from .result import CompactionReport, CompactionResult
 
 __all__ = ["Compactor", "acompact", "compact"]
@@ -231,6 +232,7 @@ class Compactor:
         self._kept_handles: set[str] = set()
         self._handles = HandleMemo()
         self._pins = PinScan()
+        self._rebuild = RebuildMemo()
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
@@ -353,11 +355,14 @@ class Compactor:
         check("Compactor.compact", "extra_tokens", extra_tokens, Annotated[int, Ge(0)])
         fixed = self._fixed_tokens(tools) + extra_tokens
         prefix = self._prefix
-        new = prefix.extension(messages) if fixed == prefix.fixed else None
-        if new is not None and (self.policy.always_run or not prefix.appendable(new)):
+        always = self.policy.always_run
+        new = prefix.extension(messages) if fixed == prefix.fixed or always else None
+        # A rebuild's input that extends the previous input: only the rest is new to it.
+        grown = prefix.grown if always and new is not None else None
+        if new is not None and (always or not prefix.appendable(new)):
             new = None  # rebuilt on every call, or the extension needs the full history
         if new is None:
-            messages = _checked_input(messages)  # the caller's own list when it is one
+            messages = _checked_input(messages, grown or 0)  # the caller's own list if one
             self._known, self._since = None, 0  # the reported usage was of another input
             new_tokens = None
             estimate = self.counter.count_messages(messages) + fixed
@@ -374,7 +379,7 @@ class Compactor:
         needs = force or self._requested is not None or effective > self.budget.trigger_tokens
         self._log(estimate, known, effective, size, fixed, force, needs)
         plan = Plan(messages, new, new_tokens, force, needs, fixed, tools, known, started,
-                    self._state.idle, now, complete=complete)
+                    self._state.idle, now, complete=complete, grown=grown, tokens=estimate)
         if new is not None and not needs:
             return self._append(plan, new, estimate)
         return plan
@@ -404,7 +409,8 @@ class Compactor:
                 service = self._service(context.counter)
                 answer = _focused(service.answer, self._take_request())
                 try:
-                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    run = keep_pinned(self.policy.run, view, context, self._pins,
+                                      pinned=plan.pinned)
                     outcome = _drive(run, answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
@@ -422,7 +428,8 @@ class Compactor:
                 service = self._service(context.counter)
                 aanswer = _afocused(service.aanswer, self._take_request())
                 try:
-                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    run = keep_pinned(self.policy.run, view, context, self._pins,
+                                      pinned=plan.pinned)
                     outcome = await _adrive(run, aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
@@ -450,14 +457,19 @@ class Compactor:
     ) -> tuple[list[Message], tuple[str, ...], CompactionContext]:
         """The policy's input (repaired in flight when invalid) and its context."""
         if plan.new is None:
-            plan.base = _checked_input(plan.messages)
+            plan.base = _checked_input(plan.messages, len(plan.messages))  # checked in _plan
         else:
             plan.base = [*self._prefix.out, *plan.new]
         if plan.needs:
             self._emit(CompactionStarted(self.conversation_id, len(plan.base), plan.force))
         view: list[Message] = plan.base
         repairs: tuple[str, ...] = ()
-        if validate(view):
+        lineage = None
+        if self.policy.always_run:
+            view, repairs, lineage = self._rebuild.prepare(view, plan.grown)
+            if lineage is not None:
+                plan.pinned = self._rebuild.any_pinned(view)
+        elif validate(view):
             view, notes = repair(view)
             repairs = tuple(notes)
         context = CompactionContext(
@@ -466,6 +478,7 @@ class Compactor:
             known_tokens=plan.known, fixed_tokens=plan.fixed,
             now=plan.now or datetime.now(timezone.utc), state=self._state, store=self.store,
             conversation_id=self.conversation_id, references=self.references,
+            lineage=lineage,
         )
         return view, repairs, context
 
@@ -509,7 +522,7 @@ class Compactor:
             ), self.policy.name)
             out = outcome.messages
             tokens_after = context.measure(out)
-        tokens_before = context.measure(original)
+        tokens_before = plan.tokens if plan.tokens is not None else context.measure(original)
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
         if out is not view and tokens_after > tokens_before and not plan.force and compacted:
@@ -525,8 +538,12 @@ class Compactor:
                 out, tokens_after = view, kept
         messages = out if isinstance(out, list) else list(out)
         targets = outcome.targets
+        blocks: Sequence[Block] = ()
+        # In a rebuild's chain, the previous call kept what it left out of the view that
+        # this one starts with.
+        settled = plan.grown or 0 if context.lineage is not None else 0
         if out is not view:  # everything left out gets a handle, whichever policy left it
-            targets = with_handles(view, messages, targets, self.counter, self._handles)
+            targets, blocks = self._with_handles(view, messages, targets, context)
         report = CompactionReport(
             tokens_before=tokens_before,
             tokens_after=tokens_after,
@@ -544,7 +561,7 @@ class Compactor:
                 "summary": service.details(),
                 "known_tokens": plan.known,
                 "incremental": plan.new_tokens is not None,
-                **self._keep_originals(view, targets),
+                **self._keep_originals(view, targets, blocks, settled),
                 "usage": self._usage(messages, tokens_after, plan.fixed),
                 "cached_prefix": self._cached_prefix(messages, plan.fixed),
             },
@@ -585,16 +602,35 @@ class Compactor:
         tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
         return {"messages": k, "tokens": tokens, "previous_messages": len(previous)}
 
+    def _with_handles(
+        self, view: list[Message], out: list[Message], targets: tuple[Target, ...],
+        context: CompactionContext,
+    ) -> tuple[tuple[Target, ...], Sequence[Block]]:
+        """The targets with a handle for everything left out, and the blocks of left-out
+        runs among them. In a rebuild's chain the left-out positions come from the
+        rebuild memory, and blocks the memo made in the chain are taken as they are."""
+        kept = settled = None
+        if context.lineage is not None:
+            kept = self._rebuild.kept(view, out)
+            settled = len(view) if self._rebuild.handles_chained else 0
+            self._rebuild.handles_chained = True
+        done = with_handles(view, out, targets, self.counter, self._handles, kept=kept,
+                            settled=settled or 0)
+        return done, self._handles.blocks
+
     def _keep_originals(
-        self, view: Sequence[Message], targets: Sequence[Target]
+        self, view: Sequence[Message], targets: Sequence[Target], blocks: Sequence[Block],
+        settled: int,
     ) -> dict[str, Any]:
         """Keep the originals behind the targets' handles; the report's figures."""
         if len(self._kept_handles) > _KEPT_HANDLES:
             self._kept_handles.clear()  # bounded; at worst an original is kept again
+        # The blocks' "dropped" targets close the list: they are read block by block.
+        own = targets[: len(targets) - sum(len(b.dropped) for b in blocks)]
         kept = persist_originals(
-            view, targets, store=self.store, cache=self.references,
+            view, own, store=self.store, cache=self.references,
             conversation_id=self.conversation_id, learning=learning_of(self._state),
-            kept=self._kept_handles,
+            kept=self._kept_handles, blocks=blocks, settled=settled,
         )
         learned = learned_in(self._state)
         return {**({"references": kept} if kept else {}),
@@ -602,6 +638,7 @@ class Compactor:
 
     def _forget(self) -> None:
         self._prefix = Prefix()
+        self._rebuild.forget()
         self._known = None
         self._since = 0
         self.last_output_tokens = None
@@ -639,11 +676,13 @@ class Compactor:
             )
 
 
-def _checked_input(messages: Sequence[Message]) -> list[Message]:
-    """``messages`` as a list, after checking that it is a sequence of core messages."""
+def _checked_input(messages: Sequence[Message], start: int = 0) -> list[Message]:
+    """``messages`` as a list, after checking that it is a sequence of core messages (from
+    ``start`` on: the caller knows the first ``start`` are)."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise TypeError(f"messages must be a sequence of Message, got {type(messages).__name__}")
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         if not isinstance(m, Message):
             raise TypeError(
                 f"messages[{i}] is {type(m).__name__}, not contextfold.Message "

@@ -53,10 +53,19 @@ class Plan:
     base: list[Message] = field(default_factory=list)
     """What the policy works on, built when it runs: the previous output plus the new
     messages, or the caller's input."""
+    grown: int | None = None
+    """For a policy that rebuilds its view: the input extends the previous call's input,
+    which held this many messages (``None``: it does not)."""
+    tokens: int | None = None
+    """The input's tokens with the fixed parts, as counted for the decision."""
+    pinned: bool | None = None
+    """Whether the policy's input holds a pinned message, when already known."""
 
 
 class Prefix:
-    """The previous call's input (a snapshot) and output, for incremental calls."""
+    """The previous call's input (a snapshot) and output, for incremental calls. After
+    :meth:`extension`, ``grown`` is the length of the previous input when the new one
+    extends it (``None`` otherwise, or when it extends the previous output instead)."""
 
     def __init__(self) -> None:
         self.primed = False
@@ -66,11 +75,13 @@ class Prefix:
         self.out_valid = False
         self.call_ids: set[str] = set()
         self.fixed = 0
+        self.grown: int | None = None
 
     def extension(self, messages: Sequence[Message]) -> list[Message] | None:
         """The messages added since the previous input (or since the previous output, when
         the caller replaced its history with it), or ``None`` when ``messages`` starts with
         neither. The snapshot follows the input on a match."""
+        self.grown = None
         if not self.primed:
             return None
         seen, n = self.seen, len(self.seen)
@@ -79,6 +90,7 @@ class Prefix:
             seen.extend(new)
             # One C-level pass: identity first for every element, equality where not.
             if seen == (messages if isinstance(messages, list) else list(messages)):
+                self.grown = n
                 return new
             del seen[n:]
         k = len(self.out)
