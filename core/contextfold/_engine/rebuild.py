@@ -57,19 +57,23 @@ class RebuildMemo:
         self, view: list[Message], grown: int | None
     ) -> tuple[list[Message], tuple[str, ...], Lineage | None]:
         """The policy's input (repaired in flight when invalid), the repairs, and the
-        policy's lineage while the chain holds. ``grown``: the input extends the previous
+        policy's lineage while the chain holds (from its second call on: a first call
+        runs as a one-shot compaction does). ``grown``: the input extends the previous
         call's input, which held that many messages (``None``: it does not)."""
-        if grown is None or grown != self.viewed:
+        chained = grown is not None and grown == self.viewed
+        if not chained:
             self.forget()
         problems = self._validation.feed(view).problems()
         if problems and not self._validation.unprompted_only():
             self.forget()  # the view is a repaired copy: nothing carries over
-            repaired, notes = repair(view)
-            return repaired, tuple(notes), None
+            repaired, made = repair(view)
+            return repaired, tuple(made), None
         self.viewed = len(view)
-        if problems:  # no user message yet: repair would give an equal copy, and one note
-            return list(view), (NO_USER_NOTE,), Lineage(view, self._slots)
-        return view, (), Lineage(view, self._slots)
+        # No user message yet: repair would give an equal copy and one note.
+        notes: tuple[str, ...] = (NO_USER_NOTE,) if problems else ()
+        if problems:
+            view = list(view)
+        return view, notes, Lineage(view, self._slots) if chained else None
 
     def any_pinned(self, view: Sequence[Message]) -> bool:
         """Whether ``view`` (this call's, in the chain) holds a pinned message."""

@@ -233,10 +233,11 @@ def persist_originals(
     receives the new ones. Returns figures for the report.
 
     ``blocks`` are left-out runs that ``with_handles`` gave one handle per block (their
-    ``"dropped"`` targets, not repeated in ``targets``), read block by block. A block within
-    ``view[:settled]`` (the caller checked it is the previous call's view, whose blocks
-    that call kept) is not kept again when the memory cache has evicted it since: with more
-    such originals than the cache holds, each call would otherwise put them all back.
+    ``"dropped"`` targets, not repeated in ``targets``), read block by block. An original
+    kept before whose messages all lie within ``view[:settled]`` (the caller checked that
+    it is the previous call's view, which kept them) is not kept again when the memory
+    cache has evicted it since: with more such originals than the cache holds, each call
+    would otherwise put them all back.
     """
     sink: ReferenceStore | ReferenceCache = (
         store if _keeps_originals(store, conversation_id)
@@ -260,8 +261,8 @@ def persist_originals(
         if handle in already:
             continue
         if kept is not None and handle in kept and all(
-                not isinstance(p, Target) and p.end <= settled for p in found):
-            continue  # a settled block the cache evicted: it stays out
+                (p.index if isinstance(p, Target) else p.end - 1) < settled for p in found):
+            continue  # settled originals the cache evicted stay out
         members = [view[t.index] for p in found
                    for t in ((p,) if isinstance(p, Target) else p.dropped)]
         spans[handle] = members

@@ -102,6 +102,7 @@ class GroupScan:
         self.length = 0
         self.n_sys = 0
         self.starts: list[int] = []
+        self.loops: list[int] = []  # the groups that are tool loops
         self.sums = [0]  # sums[i]: tokens of the messages before position i
 
     @classmethod
@@ -119,15 +120,20 @@ class GroupScan:
         if self.n_sys == self.length:  # only system messages so far: the block may grow
             while self.n_sys < n and messages[self.n_sys].role in SYSTEM_ROLES:
                 self.n_sys += 1
-        starts = self.starts
+        starts, loops = self.starts, self.loops
         # The last group may grow: a call's results are appended after it.
-        i = starts.pop() if starts else self.n_sys
+        i = self.n_sys
+        if starts:
+            i = starts.pop()
+            if loops and loops[-1] == len(starts):
+                loops.pop()
         while i < n:
-            starts.append(i)
             j = i + 1
             if messages[i].tool_calls:
+                loops.append(len(starts))
                 while j < n and messages[j].role == "tool":
                     j += 1
+            starts.append(i)
             i = j
         count, sums = context.counter.count_message, self.sums
         for k in range(self.length, n):
@@ -149,6 +155,10 @@ class GroupScan:
         k = bisect_left(self.starts, position)
         assert k < len(self.starts) and self.starts[k] == position
         return k
+
+    def last_loop(self, first: int) -> int | None:
+        """The last group from ``first`` on that is a tool loop, or ``None``."""
+        return self.loops[-1] if self.loops and self.loops[-1] >= first else None
 
     def tokens(self, start: int, end: int) -> int:
         """Tokens of the messages at ``start..end - 1`` (each counted on its own)."""
