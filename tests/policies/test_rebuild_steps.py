@@ -15,11 +15,14 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._lossless import handles
+from contextfold._lossless.handles import HANDLE_BLOCK
 from contextfold.policy import HeadTail
 from contextfold.testing import histories
 
@@ -90,8 +93,16 @@ def _state(compactor: cf.Compactor) -> tuple[int, bool, str | None]:
 
 
 @settings(max_examples=max(120, settings.default.max_examples))
-@given(agent_loops(), st.sampled_from(sorted(POLICIES)), st.integers(700, 6_000))
-def test_every_call_gives_what_a_fresh_compactor_gives(counter, loop, policy, window):
+@given(agent_loops(), st.sampled_from(sorted(POLICIES)), st.integers(700, 6_000),
+       st.sampled_from([HANDLE_BLOCK, 4]))
+def test_every_call_gives_what_a_fresh_compactor_gives(counter, loop, policy, window, block):
+    # Small handle blocks, so that short histories cross block ends as long ones do.
+    with mock.patch.object(handles, "HANDLE_BLOCK", block):
+        _run_steps(counter, loop, policy, window)
+
+
+def _run_steps(counter: cf.TokenCounter, loop: tuple[list[cf.Message], list[tuple[str, int]]],
+               policy: str, window: int) -> None:
     history, steps = loop
     budget = cf.Budget(context_window=window)
     make = POLICIES[policy]

@@ -365,7 +365,8 @@ class Compactor:
             messages = _checked_input(messages, grown or 0)  # the caller's own list if one
             self._known, self._since = None, 0  # the reported usage was of another input
             new_tokens = None
-            estimate = self.counter.count_messages(messages) + fixed
+            estimate = (self._rebuild.count(messages, grown, self.counter) if always
+                        else self.counter.count_messages(messages)) + fixed
             known = known_tokens
             size = len(messages)
         else:
@@ -582,7 +583,8 @@ class Compactor:
 
     def _remember(self, plan: Plan, out: Sequence[Message], changed: bool) -> None:
         """Keep the output as the prefix for the next call."""
-        restarted = plan.messages if plan.new_tokens is None else None
+        # A rebuild's input that extended the previous one is in the snapshot already.
+        restarted = plan.messages if plan.new_tokens is None and plan.grown is None else None
         self._prefix.remember(restarted, out, plan.fixed, self.counter)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix

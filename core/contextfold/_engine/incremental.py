@@ -72,7 +72,7 @@ class Prefix:
         self.seen: list[Message] = []
         self.out: tuple[Message, ...] = ()
         self.out_tokens = 0
-        self.out_valid = False
+        self._out_valid: bool | None = False
         self.call_ids: set[str] = set()
         self.fixed = 0
         self.grown: int | None = None
@@ -100,6 +100,13 @@ class Prefix:
             self.seen = list(messages)
             return list(messages[k:])
         return None
+
+    @property
+    def out_valid(self) -> bool:
+        """The previous output passes ``validate``."""
+        if self._out_valid is None:
+            self._out_valid = not validate(self.out)
+        return self._out_valid
 
     def appendable(self, new: Sequence[Message]) -> bool:
         """True when the (valid) previous output followed by ``new`` is still valid."""
@@ -131,5 +138,5 @@ class Prefix:
         self.fixed = fixed
         self.out = tuple(out)
         self.out_tokens = counter.count_messages(self.out)
-        self.out_valid = not validate(self.out)
+        self._out_valid = None  # checked when an append needs it
         self.call_ids = {c.id for m in self.out for c in m.tool_calls}

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._counting.counters import TokenCounter
 from .._lossless.ledger import LEDGER_SOURCE
 from .._messages.model import Message
 from .._messages.validation import NO_USER_NOTE, Validation, repair
@@ -43,6 +44,26 @@ class RebuildMemo:
 
     def forget(self) -> None:
         """Start over: nothing known about any input."""
+        self._counted: tuple[int, int] | None = None  # (length, tokens) of the last input
+        self._restart()
+
+    def count(self, messages: Sequence[Message], grown: int | None,
+              counter: TokenCounter) -> int:
+        """``counter.count_messages(messages)``; for an additive counter and an input that
+        extends the previous one (``grown``), that one's count plus the appended messages'
+        (counting the whole list again checks it against the counter's memo, message for
+        message)."""
+        counted = self._counted
+        if (grown is not None and counted is not None and counted[0] == grown
+                and getattr(counter, "additive", False) is True):
+            total = counted[1] + sum(map(counter.count_message, messages[grown:]))
+        else:
+            total = counter.count_messages(messages)
+        self._counted = (len(messages), total)
+        return total
+
+    def _restart(self) -> None:
+        """Start the chain over (the counts of the inputs still hold)."""
         self.viewed: int | None = None  # length of the previous view, in the chain
         self.handles_chained = False  # the HandleMemo's blocks were made in this chain
         self._validation = Validation()
@@ -62,10 +83,10 @@ class RebuildMemo:
         call's input, which held that many messages (``None``: it does not)."""
         chained = grown is not None and grown == self.viewed
         if not chained:
-            self.forget()
+            self._restart()
         problems = self._validation.feed(view).problems()
         if problems and not self._validation.unprompted_only():
-            self.forget()  # the view is a repaired copy: nothing carries over
+            self._restart()  # the view is a repaired copy: nothing carries over
             repaired, made = repair(view)
             return repaired, tuple(made), None
         self.viewed = len(view)

@@ -37,62 +37,106 @@ class Block:
     end: int
     handle: str
     dropped: tuple[Target, ...]
+    members: tuple[Message, ...] = ()
+    """The messages it was made of (what a later call compares its own with)."""
+    whole: bool = True
+    """The policy reported none of its positions: ``dropped`` holds one target for each."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The blocks of one left-out run and their targets joined, as one call made them."""
+
+    blocks: list[Block]
+    ends: list[int]  # where each block ends
+    offsets: list[int]  # where each block's targets end in ``joined``
+    joined: list[Target]  # the next call's run from the same start takes it over
+    whole: int  # how many leading blocks are whole
 
 
 class HandleMemo:
-    """What :func:`with_handles` made at the previous call of one conversation: the handle
-    of each block and the ``"dropped"`` target of each left-out message. A policy that
-    rebuilds its view at every call (a loop slice) leaves out the same messages again,
-    and they get the same objects back instead of being hashed and reported anew.
+    """What :func:`with_handles` made at the previous call of one conversation: the blocks
+    with their handles and ``"dropped"`` targets, and each run's targets joined. A policy
+    that rebuilds its view at every call (a loop slice) leaves out the same messages
+    again, and they get the same objects back instead of being hashed and reported anew;
+    a run that only grew keeps its leading blocks and their joined targets whole.
     ``blocks`` lists the blocks of the latest call, in order."""
 
     def __init__(self) -> None:
-        self.handles: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
-        self.targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
         self.blocks: list[Block] = []
-        self._used: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
-        self._used_targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
+        self._by_range: dict[tuple[int, int], Block] = {}
+        self._runs: dict[int, _Run] = {}
 
-    def handle(self, view: Sequence[Message], start: int, end: int, settled: int = 0) -> str:
-        """The handle of ``view[start:end]``. A block that ends by ``settled`` (the caller
-        checked that ``view[:settled]`` equals the view of the previous call, message for
-        message) has the content it had then, and its handle is taken as it was."""
-        key = (start, end)
-        hit = self.handles.get(key)
-        if hit is None or end > settled:
+    def block(self, view: Sequence[Message], start: int, end: int, settled: int,
+              reported: Sequence[int], counter: Any) -> Block:
+        """The block of ``view[start:end]``: the previous call's when it holds the same
+        messages, else made. A block that ends by ``settled`` (the caller checked that
+        ``view[:settled]`` equals the previous call's view, message for message) has the
+        content it had then and is not compared again."""
+        old = self._by_range.get((start, end))
+        whole = not _reports(reported, start, end)
+        members: tuple[Message, ...] = ()
+        same = old is not None and end <= settled
+        if old is not None and not same:
             members = tuple(view[start:end])
-            if hit is None or len(hit[0]) != len(members) or not all(
-                    map(operator.is_, hit[0], members)):
-                hit = (members, handle_for(members))
-        self._used[key] = hit
-        return hit[1]
+            same = len(old.members) == len(members) and all(
+                map(operator.is_, old.members, members))
+        if same and old is not None:
+            if old.whole and whole:
+                return old
+            handle, members = old.handle, old.members
+        else:
+            members = members or tuple(view[start:end])
+            handle = handle_for(members)
+        skip = set(reported) if not whole else ()
+        dropped = tuple(
+            Target(index=i, role=view[i].role, method="dropped",
+                   original_tokens=counter.count_message(view[i]), new_tokens=0,
+                   tool_name=view[i].name if view[i].role == "tool" else None, handle=handle)
+            for i in range(start, end) if i not in skip)
+        return Block(start, end, handle, dropped, members, whole)
 
-    def dropped(self, view: Sequence[Message], start: int, end: int, handle: str,
-                reported: Sequence[int], counter: Any) -> tuple[Target, ...]:
-        """The ``"dropped"`` targets of the positions ``start..end - 1`` the policy did not
-        report (``reported``: sorted positions). Called right after :meth:`handle` for the
-        same block, whose handle stands for its content."""
-        def made(skip: Collection[int] = ()) -> tuple[Target, ...]:
-            return tuple(
-                Target(index=i, role=view[i].role, method="dropped",
-                       original_tokens=counter.count_message(view[i]), new_tokens=0,
-                       tool_name=view[i].name if view[i].role == "tool" else None,
-                       handle=handle)
-                for i in range(start, end) if i not in skip)
+    def run(self, view: Sequence[Message], start: int, end: int, settled: int,
+            reported: Sequence[int], counter: Any) -> _Run:
+        """The blocks of the left-out run ``start..end - 1``. When the previous call had a
+        run from ``start`` too, its leading blocks that are complete and settled are taken
+        with their joined targets as they are (a run that grows at every call, the history
+        a slice leaves out, makes only its last block again)."""
+        previous = self._runs.get(start) if settled else None
+        kept: list[Block] = []
+        ends: list[int] = []
+        offsets: list[int] = []
+        joined: list[Target] = []
+        at = start
+        if previous is not None:
+            k = min(bisect_right(previous.ends, min(end, settled)), previous.whole)
+            while k and previous.ends[k - 1] % HANDLE_BLOCK and previous.ends[k - 1] != end:
+                k -= 1  # a block that ended with the old run is longer now
+            if k and not _reports(reported, start, previous.ends[k - 1]):
+                kept, ends = previous.blocks[:k], previous.ends[:k]
+                offsets = previous.offsets[:k]
+                # The previous run's list, cut where its kept blocks end: no copy of what
+                # stays (the memo holds one call's worth, and a report has its own tuple).
+                joined, at = previous.joined, ends[-1]
+                del joined[offsets[-1]:]
+        new = [self.block(view, a, b, settled, reported, counter) for a, b in _blocks(at, end)]
+        whole = len(kept)  # the kept blocks are whole: then the new ones, up to one not
+        for b in new:
+            if not b.whole:
+                break
+            whole += 1
+        for b in new:
+            ends.append(b.end)
+            offsets.append((offsets[-1] if offsets else 0) + len(b.dropped))
+        for b in new:
+            joined += b.dropped
+        return _Run([*kept, *new], ends, offsets, joined, whole)
 
-        first = bisect_left(reported, start)
-        if first < len(reported) and reported[first] < end:
-            return made(set(reported))  # the policy reported some itself: not the usual set
-        key = (start, end, handle)
-        found = self.targets.get(key) or made()
-        self._used_targets[key] = found
-        return found
-
-    def keep_used(self, blocks: list[Block]) -> None:
-        """Forget the blocks this call did not use (the memo holds one call's worth)."""
-        self.handles, self._used = self._used, {}
-        self.targets, self._used_targets = self._used_targets, {}
-        self.blocks = blocks
+    def keep(self, runs: dict[int, _Run]) -> None:
+        """Keep this call's runs (the memo holds one call's worth)."""
+        self._runs = runs
+        self.blocks = [b for run in runs.values() for b in run.blocks]
+        self._by_range = {(b.start, b.end): b for b in self.blocks}
 
 
 def with_handles(
@@ -123,17 +167,14 @@ def with_handles(
     else:
         runs = _gaps(len(view), {*kept, *handled})
     reported = sorted({t.index for t in targets})
-    blocks = []
-    for start, end in runs:
-        # One handle per block of a run, computed once: a run may hold thousands of
-        # messages. Blocks end at fixed positions, so a run that grows at every call (the
-        # history a slice leaves out) keeps the handles of its full blocks and only its
-        # last block is new; so do the block's "dropped" targets.
-        for a, b in _blocks(start, end):
-            handle = memo.handle(view, a, b, settled)
-            blocks.append(Block(a, b, handle, memo.dropped(view, a, b, handle, reported,
-                                                           counter)))
-    memo.keep_used(blocks)
+    # One handle per block of a run, computed once: a run may hold thousands of messages.
+    # Blocks end at fixed positions, so a run that grows at every call (the history a
+    # slice leaves out) keeps the handles of its full blocks and only its last block is
+    # new; so do the block's "dropped" targets.
+    made = {start: memo.run(view, start, end, settled, reported, counter)
+            for start, end in runs}
+    memo.keep(made)
+    blocks = memo.blocks
     if not blocks:
         return tuple(targets)
     starts = [b.start for b in blocks]
@@ -142,13 +183,22 @@ def with_handles(
         k = bisect_right(starts, i) - 1
         return blocks[k] if k >= 0 and i < blocks[k].end else None
 
-    done = []
+    done: list[Target] = []
     for t in targets:
         block = block_of(t.index) if t.handle is None else None
         done.append(t if block is None else replace(t, handle=block.handle))
-    for block in blocks:  # in position order already: runs and blocks ascend
-        done.extend(block.dropped)
+    joined = [run.joined for run in made.values()]
+    if not done and len(joined) == 1:
+        return tuple(joined[0])
+    for part in joined:  # the runs' targets ascend: so do the runs and their blocks
+        done += part
     return tuple(done)
+
+
+def _reports(reported: Sequence[int], start: int, end: int) -> bool:
+    """True when one of ``reported`` (sorted) lies in ``start..end - 1``."""
+    first = bisect_left(reported, start)
+    return first < len(reported) and reported[first] < end
 
 
 def _runs(left: list[int], skip: Collection[int]) -> list[tuple[int, int]]:

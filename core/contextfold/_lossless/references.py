@@ -90,10 +90,18 @@ def handle_for(messages: Message | Iterable[Message]) -> str:
     ``ctx_`` and 12 hex digits of SHA-256 over the messages' fingerprints (duplicates
     counted once), so it depends on content only and is the same in every run.
     """
-    items = [messages] if isinstance(messages, Message) else list(messages)
+    if isinstance(messages, Message):  # one message's handle is kept on it (immutable)
+        return messages.derived("handle", _own_handle)
+    items = list(messages)
+    if len(items) == 1:
+        return items[0].derived("handle", _own_handle)
     prints = dict.fromkeys(m.fingerprint for m in items)
     digest = hashlib.sha256("\n".join(prints).encode("ascii")).hexdigest()
     return "ctx_" + digest[:12]
+
+
+def _own_handle(message: Message) -> str:
+    return "ctx_" + hashlib.sha256(message.fingerprint.encode("ascii")).hexdigest()[:12]
 
 
 def original_text(messages: Message | Sequence[Message]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from .._messages.model import Message, TextPart
 from .contract import CompactionContext, Target
@@ -68,9 +69,15 @@ def shrink_message(
     if message.is_pinned:
         return message
     if max_chars is None:
-        return message.derived(f"shrunk:{shape!r}:{handle}",
+        return message.derived(_shrunk_key(shape, handle),
                                lambda m: _shrunk(m, shape, None, handle))
     return _shrunk(message, shape, max_chars, handle)
+
+
+@lru_cache(maxsize=256)
+def _shrunk_key(shape: HeadTail, handle: str | None) -> str:
+    """The key a cut copy is kept under on its original (made once per shape)."""
+    return f"shrunk:{shape!r}:{handle}"
 
 
 def _shrunk(
