@@ -116,5 +116,7 @@ class RebuildMemo:
         self._indexed = len(view)
         found = set(self._ledgers)
         for m in out:
-            found.update(i for i in where.get(m.fingerprint, ()) if view[i] is m)
+            at = where.get(m.fingerprint)
+            if at is not None:  # a cut copy or a nudge stands nowhere
+                found.update(i for i in at if view[i] is m)
         return found

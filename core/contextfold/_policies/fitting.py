@@ -179,11 +179,13 @@ def targets(
 
     found: list[Target] = []
     count = context.counter.count_message
+    name = getattr(context.counter, "name", "")
     for old, new, origin in zip(before, after, origins, strict=False):
         if new is old or origin is None:
             continue
-        found.append(
-            Target(
+
+        def made(new: Message, old: Message = old, origin: int = origin) -> Target:
+            return Target(
                 index=origin,
                 role=old.role,
                 method="truncated",
@@ -192,7 +194,10 @@ def targets(
                 tool_name=old.name if old.role == "tool" else None,
                 handle=handle_for(old),
             )
-        )
+
+        # A cut copy is kept on its original, so a policy that rebuilds its output at every
+        # call meets the same copy at the same place again: its target is kept on it too.
+        found.append(new.derived(f"truncated:{origin}:{name}", made))
     return found
 
 
