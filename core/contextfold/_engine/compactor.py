@@ -542,7 +542,7 @@ class Compactor:
         blocks: Sequence[Block] = ()
         # In a rebuild's chain, the previous call kept what it left out of the view that
         # this one starts with.
-        settled = plan.grown or 0 if context.lineage is not None else 0
+        settled = (plan.grown or 0) if context.lineage is not None else 0
         if out is not view:  # everything left out gets a handle, whichever policy left it
             targets, blocks = self._with_handles(view, messages, targets, context)
         report = CompactionReport(
