@@ -99,9 +99,9 @@ def measure(sizes: Sequence[int]) -> dict[str, dict[str, dict[int, float]]]:
     full = loop_history(max(sizes))
     found: dict[str, dict[str, dict[int, float]]] = {"cold": {}, "per step": {}}
     for n in sizes:
-        history = full[:n]
-        if history[-1].role == "assistant":
-            history = history[:-1]  # end on tool results, as a loop does when it calls
+        # Whole steps: a loop calls the model after a step's last result (a cut between
+        # the two results would leave a call unanswered, and every call would repair it).
+        history = full[: n - (n - 2) % 3]
         step_count = 5 if n >= 30_000 else 15
         for policy in POLICIES:
             cold, step = ours(policy, history, counter, step_count)

@@ -37,6 +37,7 @@ from ._messages.structure import (
 from ._policies.contract import (
     CompactionContext,
     ConversationState,
+    Lineage,
     Policy,
     PolicyOutcome,
     PolicyRun,
@@ -61,6 +62,7 @@ __all__ = [
     "HeadTail",
     "ImportanceScore",
     "LearnedImportance",
+    "Lineage",
     "NudgeConfig",
     "OpaquePart",
     "Policy",

@@ -6,8 +6,11 @@ relies on: valid by default, defective on request, deterministic when seeded.
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.testing import DEFECTS, assert_valid_within, generate_history, histories
@@ -224,3 +227,22 @@ def test_assert_valid_within(counter: cf.TokenCounter) -> None:
         assert_valid_within(h, used + 5, counter, fixed_tokens=6)
     with pytest.raises(AssertionError, match="unanswered_call"):
         assert_valid_within([*h, call("dangling")], 10**9, counter)
+
+
+@given(histories(imperfect=True, max_turns=4, max_tool_chars=300),
+       st.lists(st.integers(0, 40), max_size=6), st.booleans())
+def test_a_validation_fed_as_the_history_grows_finds_what_validate_finds(
+    history: list[cf.Message], cuts: list[int], unprompted: bool,
+) -> None:
+    from contextfold._messages.validation import NO_USER_NOTE, Validation
+
+    if unprompted:  # an autonomous agent's history: no user message at all
+        history = [m for m in history if m.role != "user"]
+    scan = Validation()
+    for end in [*sorted(min(c, len(history)) for c in cuts), len(history)]:
+        part = history[:end]
+        assert scan.feed(part).problems() == cf.validate(part)
+        if scan.unprompted_only():  # repair then gives back the same messages, one note
+            fixed, notes = cf.repair(part)
+            assert len(fixed) == len(part) and all(map(operator.is_, fixed, part))
+            assert notes == [NO_USER_NOTE]

@@ -190,7 +190,7 @@ class _CountingCache(cf.stores.ReferenceCache):
 
 
 def test_a_left_out_history_that_grows_keeps_its_handles_and_is_kept_once() -> None:
-    from contextfold._lossless.ledger import HANDLE_BLOCK
+    from contextfold._lossless.handles import HANDLE_BLOCK
     from contextfold.testing import generate_history
 
     history = generate_history(3, turns=300, tool_chars=200)

@@ -162,6 +162,10 @@ class _BaseCounter:
     """Shared message arithmetic; subclasses implement ``count_text``."""
 
     name: str = "base"
+    additive: bool = True
+    """``count_messages`` is the reply priming plus the sum of ``count_message``: a policy
+    may add message counts instead of counting a list (a subclass that counts a request
+    otherwise says ``False``)."""
 
     def count_text(self, text: str) -> int:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -62,8 +62,8 @@ from .._config import Ge, check
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
+from .._lossless.handles import Block, HandleMemo, with_handles
 from .._lossless.learning import learned_in, learning_of
-from .._lossless.ledger import HandleMemo, with_handles
 from .._lossless.references import (
     ReferenceCache,
     _keeps_originals,
@@ -101,6 +101,7 @@ from .events import (
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
+from .rebuild import RebuildMemo
 from .result import CompactionReport, CompactionResult, on_read
 
 __all__ = ["Compactor", "acompact", "compact"]
@@ -252,6 +253,7 @@ class Compactor:
         self._kept_handles: set[str] = set()
         self._handles = HandleMemo()
         self._pins = PinScan()
+        self._rebuild = RebuildMemo()
         self.references = references if references is not None else ReferenceCache()
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
@@ -415,17 +417,21 @@ class Compactor:
         check("Compactor.compact", "extra_tokens", extra_tokens, Annotated[int, Ge(0)])
         fixed = self._fixed_tokens(tools) + extra_tokens
         prefix = self._prefix
-        new = prefix.extension(messages) if fixed == prefix.fixed else None
-        if new is not None and (self.policy.always_run or not prefix.appendable(new)):
+        always = self.policy.always_run
+        new = prefix.extension(messages) if fixed == prefix.fixed or always else None
+        # A rebuild's input that extends the previous input: only the rest is new to it.
+        grown = prefix.grown if always and new is not None else None
+        if new is not None and (always or not prefix.appendable(new)):
             new = None  # rebuilt on every call, or the extension needs the full history
         if new is None:
-            messages = _checked_input(messages)  # the caller's own list when it is one
+            messages = _checked_input(messages, grown or 0)  # the caller's own list if one
             self._known, self._since = None, 0  # the reported usage was of another input
             new_tokens = None
-            # Exact only where the trigger needs it: a history under it by a bound is not
-            # tokenized (count_within).
-            figure, exact = count_within(self.counter, messages,
-                                         self.budget.trigger_tokens - fixed)
+            if always:  # counted once per call, the unchanged part of a chain not again
+                figure, exact = self._rebuild.count(messages, grown, self.counter), True
+            else:  # exact only where the trigger needs it: a bound under it tokenizes none
+                figure, exact = count_within(self.counter, messages,
+                                             self.budget.trigger_tokens - fixed)
             estimate = figure + fixed
             known = known_tokens
             size = len(messages)
@@ -440,7 +446,7 @@ class Compactor:
         plan = Plan(messages=messages, new=new, new_tokens=new_tokens, estimate=estimate,
                     exact=exact, force=force, needs=needs, fixed=fixed, tools=tools,
                     known=known, started=started, was_idle=self._state.idle, now=now,
-                    complete=complete)
+                    complete=complete, grown=grown)
         if new is not None and not needs:
             return self._append(plan, new)
         if new is None and not needs and passes and not self.policy.always_run:
@@ -581,7 +587,8 @@ class Compactor:
                 service = self._service(context.counter)
                 answer = _focused(service.answer, self._take_request())
                 try:
-                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    run = keep_pinned(self.policy.run, view, context, self._pins,
+                                      pinned=plan.pinned)
                     outcome = _drive(run, answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
@@ -599,7 +606,8 @@ class Compactor:
                 service = self._service(context.counter)
                 aanswer = _afocused(service.aanswer, self._take_request())
                 try:
-                    run = keep_pinned(self.policy.run, view, context, self._pins)
+                    run = keep_pinned(self.policy.run, view, context, self._pins,
+                                      pinned=plan.pinned)
                     outcome = await _adrive(run, aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
@@ -634,7 +642,12 @@ class Compactor:
             self._emit(CompactionStarted(self.conversation_id, len(plan.base), plan.force))
         view: list[Message] = plan.base
         repairs: tuple[str, ...] = ()
-        if validate(view):
+        lineage = None
+        if self.policy.always_run:
+            view, repairs, lineage = self._rebuild.prepare(view, plan.grown)
+            if lineage is not None:
+                plan.pinned = self._rebuild.any_pinned(view)
+        elif validate(view):
             view, notes = repair(view)
             repairs = tuple(notes)
         context = CompactionContext(
@@ -643,6 +656,7 @@ class Compactor:
             known_tokens=plan.known, fixed_tokens=plan.fixed,
             now=plan.now or datetime.now(timezone.utc), state=self._state, store=self.store,
             conversation_id=self.conversation_id, references=self.references,
+            lineage=lineage,
         )
         return view, repairs, context
 
@@ -723,9 +737,14 @@ class Compactor:
                                                    cached)
         else:
             targets = outcome.targets
+            blocks: Sequence[Block] = ()
+            # In a rebuild's chain, the previous call kept what it left out of the view that
+            # this one starts with.
+            settled = (plan.grown or 0) if context.lineage is not None else 0
             if out is not view:  # everything left out gets a handle, whichever policy left it
-                targets = with_handles(view, messages, targets, self.counter, self._handles)
-            details = {**outcome.details, **figures, **self._keep_originals(view, targets),
+                targets, blocks = self._with_handles(view, messages, targets, context)
+            details = {**outcome.details, **figures,
+                       **self._keep_originals(view, targets, blocks, settled),
                        "usage": usage, "cached_prefix": cached}
             if not plan.exact:  # counted when read: the call did not need them
                 targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
@@ -767,7 +786,7 @@ class Compactor:
         nothing in view does); the originals behind the policy's own handles, which the
         model may read at once, are kept now."""
         given = outcome.targets
-        self._keep_originals(view, [t for t in given if t.handle])
+        self._keep_originals(view, [t for t in given if t.handle], (), 0)
         view, out = list(view), list(out)  # snapshots: the caller may change its lists
         learning, known = learning_of(self._state), learned_in(self._state)
         learned = {"learned": known.as_dict()} if known is not None else {}  # as of now
@@ -790,7 +809,8 @@ class Compactor:
         self, plan: Plan, out: Sequence[Message], tokens: int, changed: bool
     ) -> None:
         """Keep the output (``tokens`` with the fixed parts, exact) as the next prefix."""
-        restarted = plan.messages if plan.new_tokens is None else None
+        # A rebuild's input that extended the previous one is in the snapshot already.
+        restarted = plan.messages if plan.new_tokens is None and plan.grown is None else None
         self._prefix.remember(restarted, out, plan.fixed, self.counter, tokens=tokens - plan.fixed)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
@@ -908,16 +928,35 @@ class Compactor:
             k += 1  # an equal message is the same bytes on the wire
         return k
 
+    def _with_handles(
+        self, view: list[Message], out: list[Message], targets: tuple[Target, ...],
+        context: CompactionContext,
+    ) -> tuple[tuple[Target, ...], Sequence[Block]]:
+        """The targets with a handle for everything left out, and the blocks of left-out
+        runs among them. In a rebuild's chain the left-out positions come from the
+        rebuild memory, and blocks the memo made in the chain are taken as they are."""
+        kept = settled = None
+        if context.lineage is not None:
+            kept = self._rebuild.kept(view, out)
+            settled = len(view) if self._rebuild.handles_chained else 0
+            self._rebuild.handles_chained = True
+        done = with_handles(view, out, targets, self.counter, self._handles, kept=kept,
+                            settled=settled or 0)
+        return done, self._handles.blocks
+
     def _keep_originals(
-        self, view: Sequence[Message], targets: Sequence[Target]
+        self, view: Sequence[Message], targets: Sequence[Target], blocks: Sequence[Block],
+        settled: int,
     ) -> dict[str, Any]:
         """Keep the originals behind the targets' handles; the report's figures."""
         if len(self._kept_handles) > _KEPT_HANDLES:
             self._kept_handles.clear()  # bounded; at worst an original is kept again
+        # The blocks' "dropped" targets close the list: they are read block by block.
+        own = targets[: len(targets) - sum(len(b.dropped) for b in blocks)]
         kept = persist_originals(
-            view, targets, store=self.store, cache=self.references,
+            view, own, store=self.store, cache=self.references,
             conversation_id=self.conversation_id, learning=learning_of(self._state),
-            kept=self._kept_handles,
+            kept=self._kept_handles, blocks=blocks, settled=settled,
         )
         learned = learned_in(self._state)
         return {**({"references": kept} if kept else {}),
@@ -926,6 +965,7 @@ class Compactor:
     def _forget(self) -> None:
         self._prefix = Prefix()
         self._prepared = None
+        self._rebuild.forget()
         self._known = None
         self._since = 0
         self.last_output_tokens = None
@@ -994,11 +1034,13 @@ def _counted_targets(
         for t in targets)
 
 
-def _checked_input(messages: Sequence[Message]) -> list[Message]:
-    """``messages`` as a list, after checking that it is a sequence of core messages."""
+def _checked_input(messages: Sequence[Message], start: int = 0) -> list[Message]:
+    """``messages`` as a list, after checking that it is a sequence of core messages (from
+    ``start`` on: the caller knows the first ``start`` are)."""
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
         raise TypeError(f"messages must be a sequence of Message, got {type(messages).__name__}")
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         if not isinstance(m, Message):
             raise TypeError(
                 f"messages[{i}] is {type(m).__name__}, not contextfold.Message "

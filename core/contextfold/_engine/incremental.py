@@ -61,10 +61,17 @@ class Plan:
     base: list[Message] = field(default_factory=list)
     """What the policy works on, built when it runs: the previous output plus the new
     messages, or the caller's input."""
+    grown: int | None = None
+    """For a policy that rebuilds its view: the input extends the previous call's input,
+    which held this many messages (``None``: it does not)."""
+    pinned: bool | None = None
+    """Whether the policy's input holds a pinned message, when already known."""
 
 
 class Prefix:
-    """The previous call's input (a snapshot) and output, for incremental calls."""
+    """The previous call's input (a snapshot) and output, for incremental calls. After
+    :meth:`extension`, ``grown`` is the length of the previous input when the new one
+    extends it (``None`` otherwise, or when it extends the previous output instead)."""
 
     def __init__(self) -> None:
         self.primed = False
@@ -72,14 +79,16 @@ class Prefix:
         self.out: tuple[Message, ...] = ()
         self.out_tokens = 0  # of ``out``, reply priming included
         self.out_exact = True  # False: ``out_tokens`` is an upper bound
-        self.out_valid = False
+        self._out_valid: bool | None = False
         self.call_ids: set[str] = set()
         self.fixed = 0
+        self.grown: int | None = None
 
     def extension(self, messages: Sequence[Message]) -> list[Message] | None:
         """The messages added since the previous input (or since the previous output, when
         the caller replaced its history with it), or ``None`` when ``messages`` starts with
         neither. The snapshot follows the input on a match."""
+        self.grown = None
         if not self.primed:
             return None
         seen, n = self.seen, len(self.seen)
@@ -88,6 +97,7 @@ class Prefix:
             seen.extend(new)
             # One C-level pass: identity first for every element, equality where not.
             if seen == (messages if isinstance(messages, list) else list(messages)):
+                self.grown = n
                 return new
             del seen[n:]
         k = len(self.out)
@@ -97,6 +107,13 @@ class Prefix:
             self.seen = list(messages)
             return list(messages[k:])
         return None
+
+    @property
+    def out_valid(self) -> bool:
+        """The previous output passes ``validate``."""
+        if self._out_valid is None:
+            self._out_valid = not validate(self.out)
+        return self._out_valid
 
     def appendable(self, new: Sequence[Message]) -> bool:
         """True when the (valid) previous output followed by ``new`` is still valid."""
@@ -136,5 +153,5 @@ class Prefix:
         if tokens is None:
             tokens, exact = counter.count_messages(self.out), True
         self.out_tokens, self.out_exact = tokens, exact
-        self.out_valid = not validate(self.out) if valid is None else valid
+        self._out_valid = valid  # None: checked when an append needs it
         self.call_ids = {c.id for m in self.out for c in m.tool_calls}

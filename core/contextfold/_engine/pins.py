@@ -53,11 +53,15 @@ class PinScan:
 def keep_pinned(
     run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
     messages: Sequence[Message], context: CompactionContext, scan: PinScan | None = None,
+    *, pinned: bool | None = None,
 ) -> PolicyRun:
     """``run`` (a policy's) with every pinned message kept verbatim: see the module
-    docstring. ``scan`` (one per conversation) spares a rescan of what earlier calls saw."""
-    if not (scan.any_pinned(messages) if scan is not None
-            else any(m.is_pinned for m in messages)):
+    docstring. ``scan`` (one per conversation) spares a rescan of what earlier calls saw;
+    ``pinned`` says whether ``messages`` hold a pinned message, when the caller knows."""
+    if pinned is None:
+        pinned = (scan.any_pinned(messages) if scan is not None
+                  else any(m.is_pinned for m in messages))
+    if not pinned:
         return (yield from run(messages, context))
     n_sys = leading_system_count(messages)
     groups = [g for g in split_groups(messages, n_sys) if any(m.is_pinned for m in g.messages)]

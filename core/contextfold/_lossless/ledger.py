@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import operator
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
@@ -41,7 +40,6 @@ from .._policies.contract import (
 )
 from .._summaries.identifiers import extract_identifiers, field_values, identifiers_of
 from ..errors import BudgetExceededError
-from .references import handle_for
 
 __all__ = [
     "LEDGER_HEADER",
@@ -49,7 +47,6 @@ __all__ = [
     "Ledger",
     "ledger_entries",
     "run_with_ledger",
-    "with_handles",
 ]
 
 LEDGER_SOURCE = "ledger"
@@ -162,6 +159,8 @@ def run_with_ledger(
     targets = tuple(replace(t, index=positions[t.index] if 0 <= t.index < len(positions)
                             else t.index) for t in outcome.targets)
     out = list(outcome.messages)
+    from .handles import with_handles  # handles skip ledgers: it imports this module
+
     targets = with_handles(messages, out, targets, context.counter)
     new = _new_entries(messages, targets, ledger)
     entries = _merged(previous, new, out)
@@ -185,6 +184,8 @@ def _run_rolling(
     outcome: PolicyOutcome = yield from run(messages, context)
     if outcome.messages is messages:
         return outcome
+    from .handles import with_handles  # handles skip ledgers: it imports this module
+
     previous = [m for m in messages[:frozen] if _is_ledger(m)]
     out = list(outcome.messages)
     targets = with_handles(messages, out, outcome.targets, context.counter)
@@ -207,114 +208,6 @@ def _run_rolling(
 
 def _is_ledger(message: Message) -> bool:
     return message.source == LEDGER_SOURCE and message.role == "user" and _META in message.metadata
-
-
-class HandleMemo:
-    """What :func:`with_handles` made at the previous call of one conversation: the handle
-    of each block and the ``"dropped"`` target of each left-out message. A policy that
-    rebuilds its view at every call (a loop slice) leaves out the same messages again,
-    and they get the same objects back instead of being hashed and reported anew."""
-
-    def __init__(self) -> None:
-        self.blocks: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
-        self.targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
-        self._used: dict[tuple[int, int], tuple[tuple[Message, ...], str]] = {}
-        self._used_targets: dict[tuple[int, int, str], tuple[Target, ...]] = {}
-
-    def handle(self, view: Sequence[Message], block: list[int]) -> str:
-        """The handle of the consecutive positions ``block`` of ``view``."""
-        key = (block[0], block[-1])
-        members = tuple(view[block[0]:block[-1] + 1])
-        hit = self.blocks.get(key)
-        if hit is None or len(hit[0]) != len(members) or not all(
-                map(operator.is_, hit[0], members)):
-            hit = (members, handle_for(members))
-        self._used[key] = hit
-        return hit[1]
-
-    def dropped(self, view: Sequence[Message], block: list[int], handle: str,
-                reported: set[int], counter: Any) -> tuple[Target, ...]:
-        """The ``"dropped"`` targets of the positions of ``block`` the policy did not report.
-        Called right after :meth:`handle` for the same block, which checked its messages."""
-        def made() -> tuple[Target, ...]:
-            return tuple(
-                Target(index=i, role=view[i].role, method="dropped",
-                       original_tokens=counter.count_message(view[i]), new_tokens=0,
-                       tool_name=view[i].name if view[i].role == "tool" else None,
-                       handle=handle)
-                for i in block if i not in reported)
-
-        if reported and not reported.isdisjoint(block):
-            return made()  # the policy reported some of them itself: not the usual set
-        key = (block[0], block[-1], handle)  # the handle stands for the block's content
-        found = self.targets.get(key) or made()
-        self._used_targets[key] = found
-        return found
-
-    def keep_used(self) -> None:
-        """Forget the blocks this call did not use (the memo holds one call's worth)."""
-        self.blocks, self._used = self._used, {}
-        self.targets, self._used_targets = self._used_targets, {}
-
-
-def with_handles(
-    view: Sequence[Message], out: Sequence[Message], targets: Sequence[Target],
-    counter: Any, memo: HandleMemo | None = None,
-) -> tuple[Target, ...]:
-    """``targets`` completed so that everything taken out of view has a handle: a message of
-    ``view`` that is not in ``out`` becomes a ``"dropped"`` target when the policy did not
-    report it, and a removed or summarized message reported without a handle gets one. A
-    run of consecutive such messages shares one handle (its original is the run's
-    transcript). Earlier ledgers are not counted: they are merged, not removed. ``memo``
-    (one per conversation) hands back what the previous call made for the same messages."""
-    memo = memo if memo is not None else HandleMemo()
-    present = {id(m) for m in out}
-    handled = {t.index for t in targets if t.handle is not None}
-    runs: list[list[int]] = []
-    previous = -2
-    # Positions left out and not yet given a handle (a ledger is merged, not removed),
-    # grouped into runs of consecutive positions.
-    for i in [i for i, m in enumerate(view) if id(m) not in present]:
-        if i in handled or view[i].source == LEDGER_SOURCE:
-            continue
-        if i != previous + 1:
-            runs.append([])
-        runs[-1].append(i)
-        previous = i
-    reported = {t.index for t in targets}
-    handles: dict[int, str] = {}
-    dropped: list[Target] = []
-    for run in runs:
-        # One handle per block of a run, computed once: a run may hold thousands of
-        # messages. Blocks end at fixed positions, so a run that grows at every call (the
-        # history a slice leaves out) keeps the handles of its full blocks and only its
-        # last block is new; so do the block's "dropped" targets.
-        for block in _blocks(run):
-            handle = memo.handle(view, block)
-            handles.update(dict.fromkeys(block, handle))
-            dropped.extend(memo.dropped(view, block, handle, reported, counter))
-    memo.keep_used()
-    if not handles:
-        return tuple(targets)
-    done = [t if t.index not in handles else Target(  # (dataclasses.replace, unrolled)
-        t.index, t.role, t.method, t.original_tokens, t.new_tokens, t.tool_name,
-        handles[t.index]) for t in targets]
-    done.extend(sorted(dropped, key=lambda t: t.index))
-    return tuple(done)
-
-
-HANDLE_BLOCK = 256
-"""Positions per handle block: a run of left-out messages gets one handle per block."""
-
-
-def _blocks(run: list[int]) -> list[list[int]]:
-    """``run`` (consecutive positions) cut where a position is a multiple of HANDLE_BLOCK."""
-    blocks: list[list[int]] = []
-    for i in run:
-        if not blocks or i % HANDLE_BLOCK == 0:
-            blocks.append([])
-        blocks[-1].append(i)
-    return blocks
 
 
 def _new_entries(

@@ -45,6 +45,7 @@ from ..stores._tools import SearchToolSpec
 if TYPE_CHECKING:
     from .._engine.compactor import Compactor
     from .._policies.contract import CompactionContext
+    from .handles import Block
     from .learning import LearnedImportance
 
 __all__ = [
@@ -89,10 +90,18 @@ def handle_for(messages: Message | Iterable[Message]) -> str:
     ``ctx_`` and 12 hex digits of SHA-256 over the messages' fingerprints (duplicates
     counted once), so it depends on content only and is the same in every run.
     """
-    items = [messages] if isinstance(messages, Message) else list(messages)
+    if isinstance(messages, Message):  # one message's handle is kept on it (immutable)
+        return messages.derived("handle", _own_handle)
+    items = list(messages)
+    if len(items) == 1:
+        return items[0].derived("handle", _own_handle)
     prints = dict.fromkeys(m.fingerprint for m in items)
     digest = hashlib.sha256("\n".join(prints).encode("ascii")).hexdigest()
     return "ctx_" + digest[:12]
+
+
+def _own_handle(message: Message) -> str:
+    return "ctx_" + hashlib.sha256(message.fingerprint.encode("ascii")).hexdigest()[:12]
 
 
 def original_text(messages: Message | Sequence[Message]) -> str:
@@ -179,6 +188,19 @@ class ReferenceCache:
                 self._items.move_to_end(key)
             return text
 
+    def held(self, conversation_id: str | None, handles: Iterable[str]) -> set[str]:
+        """Those of ``handles`` this conversation still holds, each marked recently used in
+        the order given (as ``get_original`` would, under one lock)."""
+        scope = conversation_id or _NO_SCOPE
+        found = set()
+        with self._lock:
+            for handle in handles:
+                key = (scope, handle)
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    found.add(handle)
+        return found
+
     def expired(self, conversation_id: str | None, handle: str) -> bool:
         """True when this conversation's ``handle`` was evicted."""
         return (conversation_id or _NO_SCOPE, handle) in self._expired
@@ -208,6 +230,7 @@ def persist_originals(
     view: Sequence[Message], targets: Iterable[Target], *, store: HistoryStore | None = None,
     cache: ReferenceCache | None = None, conversation_id: str | None = None,
     learning: LearnedImportance | None = None, kept: set[str] | None = None,
+    blocks: Sequence[Block] = (), settled: int = 0,
 ) -> dict[str, Any]:
     """Keep the original behind every target's handle (the driver's step after a pass).
 
@@ -216,25 +239,43 @@ def persist_originals(
     else to ``cache`` (default: :func:`default_references`). ``kept`` names handles this
     caller already kept (a handle is a content hash, so its original is the same) and
     receives the new ones. Returns figures for the report.
+
+    ``blocks`` are left-out runs that ``with_handles`` gave one handle per block (their
+    ``"dropped"`` targets, not repeated in ``targets``), read block by block. An original
+    kept before whose messages all lie within ``view[:settled]`` (the caller checked that
+    it is the previous call's view, which kept them) is not kept again when the memory
+    cache has evicted it since: with more such originals than the cache holds, each call
+    would otherwise put them all back.
     """
     sink: ReferenceStore | ReferenceCache = (
         store if _keeps_originals(store, conversation_id)
         else cache if cache is not None else _DEFAULT
     )
+    # The targets and blocks of each handle, in the order the handles first come.
+    parts: dict[str, list[Target | Block]] = {}
+    for t in targets:
+        if t.handle and 0 <= t.index < len(view):
+            parts.setdefault(t.handle, []).append(t)
+    for b in blocks:
+        if b.dropped:
+            parts.setdefault(b.handle, []).append(b)
+    known = [h for h in parts if h in kept] if kept is not None else []
+    # Kept by an earlier call and still there: nothing to gather (the cache marks them used).
+    already = (sink.held(conversation_id, known) if isinstance(sink, ReferenceCache)
+               else set(known))
     spans: dict[str, list[Message]] = {}
     tools: dict[str, str | None] = {}
-    already: set[str] = set()  # kept by an earlier call and still there: nothing to gather
-    for t in targets:
-        handle = t.handle
-        if not handle or handle in already or not 0 <= t.index < len(view):
+    for handle, found in parts.items():
+        if handle in already:
             continue
-        if handle not in spans and kept is not None and handle in kept and (
-                not isinstance(sink, ReferenceCache)
-                or sink.get_original(conversation_id, handle) is not None):  # refreshed
-            already.add(handle)
-            continue
-        spans.setdefault(handle, []).append(view[t.index])
-        tools.setdefault(handle, t.tool_name)
+        if kept is not None and handle in kept and all(
+                (p.index if isinstance(p, Target) else p.end - 1) < settled for p in found):
+            continue  # settled originals the cache evicted stay out
+        members = [view[t.index] for p in found
+                   for t in ((p,) if isinstance(p, Target) else p.dropped)]
+        spans[handle] = members
+        first = found[0]
+        tools[handle] = (first if isinstance(first, Target) else first.dropped[0]).tool_name
     if not spans and not already:
         return {}
     chars = 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from .model import Message, ToolCall
 from .structure import SYSTEM_ROLES, leading_system_count
 
-__all__ = ["INTERRUPTED_RESULT", "Problem", "repair", "validate"]
+__all__ = ["INTERRUPTED_RESULT", "NO_USER_NOTE", "Problem", "Validation", "repair", "validate"]
 
 INTERRUPTED_RESULT = "[interrupted: this tool call did not return a result]"
 """The text of a synthetic result that answers a dangling call in ``repair``."""
@@ -45,52 +45,90 @@ class Problem:
 
 def validate(messages: Sequence[Message]) -> list[Problem]:
     """Every problem in ``messages``; an empty list means a provider would accept them."""
-    problems: list[Problem] = []
-    if not messages:
-        return [Problem(-1, "empty", "no messages")]
-    seen_non_system = False
-    seen_user = False
-    seen_ids: set[str] = set()
-    pending: dict[str, int] = {}  # call id -> index of the assistant message awaiting it
-    open_calls = False  # the last non-tool message was an assistant with tool calls
-    for i, m in enumerate(messages):
-        if m.role in SYSTEM_ROLES:
-            if seen_non_system:
-                problems.append(Problem(i, "system_not_first", f"{m.role} message after the start"))
-        else:
-            seen_non_system = True
-        if m.role != "tool":
-            for call_id, at in pending.items():
-                problems.append(Problem(at, "unanswered_call", f"call {call_id!r} has no result"))
-            pending.clear()
-            open_calls = False
-        if m.role == "user":
-            seen_user = True
-        elif m.role == "assistant":
-            if not seen_user:
-                problems.append(
-                    Problem(i, "assistant_before_user", "assistant message before any user message")
-                )
-            for call in m.tool_calls:
-                if call.id in seen_ids:
-                    problems.append(Problem(i, "duplicate_call_id", f"call id {call.id!r} reused"))
-                seen_ids.add(call.id)
-                pending[call.id] = i
-            open_calls = bool(m.tool_calls)
-        elif m.role == "tool":
-            if not m.tool_call_id:
-                problems.append(Problem(i, "tool_without_id", "tool result without tool_call_id"))
-            elif not open_calls or m.tool_call_id not in pending:
-                problems.append(
-                    Problem(i, "orphan_tool_result", f"no open call {m.tool_call_id!r} before it")
-                )
+    return Validation().feed(messages).problems()
+
+
+class Validation:
+    """:func:`validate` as a scan that can go on: :meth:`feed` reads messages as they are
+    appended, :meth:`problems` lists the problems of everything read so far. A history that
+    grows by appends is checked once per message, not once per call."""
+
+    def __init__(self) -> None:
+        self.length = 0
+        self._found: list[Problem] = []  # problems found inside the scan, in order
+        self._seen_non_system = False
+        self._seen_user = False
+        self._seen_ids: set[str] = set()
+        self._pending: dict[str, int] = {}  # call id -> index of the assistant awaiting it
+        self._open_calls = False  # the last non-tool message was an assistant with calls
+
+    def feed(self, messages: Sequence[Message]) -> Validation:
+        """Read ``messages[self.length:]``: ``messages`` extends what was read before."""
+        problems, pending, seen_ids = self._found, self._pending, self._seen_ids
+        seen_non_system, seen_user = self._seen_non_system, self._seen_user
+        open_calls = self._open_calls
+        for i in range(self.length, len(messages)):
+            m = messages[i]
+            if m.role in SYSTEM_ROLES:
+                if seen_non_system:
+                    problems.append(
+                        Problem(i, "system_not_first", f"{m.role} message after the start"))
             else:
-                del pending[m.tool_call_id]
-    for call_id, at in pending.items():
-        problems.append(Problem(at, "unanswered_call", f"call {call_id!r} has no result"))
-    if not seen_user:
-        problems.append(Problem(-1, "no_user", "no user message"))
-    return problems
+                seen_non_system = True
+            if m.role != "tool":
+                for call_id, at in pending.items():
+                    problems.append(Problem(at, "unanswered_call",
+                                            f"call {call_id!r} has no result"))
+                pending.clear()
+                open_calls = False
+            if m.role == "user":
+                seen_user = True
+            elif m.role == "assistant":
+                if not seen_user:
+                    problems.append(Problem(i, "assistant_before_user",
+                                            "assistant message before any user message"))
+                for call in m.tool_calls:
+                    if call.id in seen_ids:
+                        problems.append(
+                            Problem(i, "duplicate_call_id", f"call id {call.id!r} reused"))
+                    seen_ids.add(call.id)
+                    pending[call.id] = i
+                open_calls = bool(m.tool_calls)
+            elif m.role == "tool":
+                if not m.tool_call_id:
+                    problems.append(
+                        Problem(i, "tool_without_id", "tool result without tool_call_id"))
+                elif not open_calls or m.tool_call_id not in pending:
+                    problems.append(Problem(i, "orphan_tool_result",
+                                            f"no open call {m.tool_call_id!r} before it"))
+                else:
+                    del pending[m.tool_call_id]
+        self.length = max(self.length, len(messages))
+        self._seen_non_system, self._seen_user = seen_non_system, seen_user
+        self._open_calls = open_calls
+        return self
+
+    def problems(self) -> list[Problem]:
+        """Every problem of the messages read so far (as :func:`validate` lists them)."""
+        if not self.length:
+            return [Problem(-1, "empty", "no messages")]
+        problems = list(self._found)
+        problems.extend(Problem(at, "unanswered_call", f"call {call_id!r} has no result")
+                        for call_id, at in self._pending.items())
+        if not self._seen_user:
+            problems.append(Problem(-1, "no_user", "no user message"))
+        return problems
+
+    def unprompted_only(self) -> bool:
+        """True when the only problem is that no user message was read yet (an autonomous
+        agent's history): :func:`repair` then gives back an equal list of the same
+        messages, with the one note :data:`NO_USER_NOTE`."""
+        return not self._seen_user and not self._pending and all(
+            p.code == "assistant_before_user" for p in self._found)
+
+
+NO_USER_NOTE = "no user message: the sequence still needs a prompt"
+"""The note of :func:`repair` for a history with no user message."""
 
 
 def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
@@ -138,7 +176,7 @@ def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:
         else:
             out.append(m)
     if not has_user:
-        notes.append("no user message: the sequence still needs a prompt")
+        notes.append(NO_USER_NOTE)
     return out, notes
 
 

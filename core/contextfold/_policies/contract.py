@@ -16,10 +16,10 @@ nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from .._counting.budget import Budget
 from .._messages.model import Message
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CompactionContext",
     "ConversationState",
+    "Lineage",
     "Policy",
     "PolicyOutcome",
     "PolicyRun",
@@ -138,6 +139,39 @@ class ConversationState:
     """Policy-specific state, keyed by policy name."""
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class Lineage:
+    """What a policy may remember between the calls of one conversation whose history grows
+    by appends (an agent loop). The driver passes it while the policy's input extends,
+    message for message (equal messages), its input at the previous calls; so a fact a
+    policy derived from the first ``k`` messages of an earlier input (where the prompts
+    are, where the groups start) still holds for the first ``k`` messages now, and only
+    what was appended needs reading.
+
+    A cache: a policy that ignores it returns the same outcome, only slower.
+    """
+
+    messages: Sequence[Message]
+    """The input it describes: the policy's ``messages``, the same object."""
+    memo: dict[str, Any] = field(default_factory=dict)
+    """Slots by key, kept across the calls. A slot describes a prefix of ``messages`` and
+    must say how long (the driver empties them all when the input stops extending)."""
+
+    def slot(self, messages: Sequence[Message], key: str, make: Callable[[], T]) -> T | None:
+        """The slot ``key`` (``make()`` the first time), or ``None`` when ``messages`` is
+        not the input this lineage describes (a pass of a pipeline, a list a wrapper
+        rebuilt): a slot must never describe another list."""
+        if messages is not self.messages:
+            return None
+        found: T | None = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = make()
+        return found
+
+
 @dataclass(frozen=True)
 class CompactionContext:
     """Everything a policy may look at besides the messages. Read-only."""
@@ -163,6 +197,9 @@ class CompactionContext:
     references: ReferenceCache | None = None
     """The in-memory ``ReferenceCache`` that keeps originals behind handles when the store
     does not (labels then say how many originals stay readable)."""
+    lineage: Lineage | None = None
+    """What the policy may remember from earlier calls of the conversation, when its input
+    grows by appends (a cache; ``None`` outside a ``Compactor``'s agent loop)."""
 
     @property
     def available(self) -> int:

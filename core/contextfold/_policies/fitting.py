@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from .._messages.model import Message, TextPart
 from .contract import CompactionContext, Target
@@ -68,9 +69,15 @@ def shrink_message(
     if message.is_pinned:
         return message
     if max_chars is None:
-        return message.derived(f"shrunk:{shape!r}:{handle}",
+        return message.derived(_shrunk_key(shape, handle),
                                lambda m: _shrunk(m, shape, None, handle))
     return _shrunk(message, shape, max_chars, handle)
+
+
+@lru_cache(maxsize=256)
+def _shrunk_key(shape: HeadTail, handle: str | None) -> str:
+    """The key a cut copy is kept under on its original (made once per shape)."""
+    return f"shrunk:{shape!r}:{handle}"
 
 
 def _shrunk(
@@ -172,11 +179,13 @@ def targets(
 
     found: list[Target] = []
     count = context.counter.count_message
+    name = getattr(context.counter, "name", "")
     for old, new, origin in zip(before, after, origins, strict=False):
         if new is old or origin is None:
             continue
-        found.append(
-            Target(
+
+        def made(new: Message, old: Message = old, origin: int = origin) -> Target:
+            return Target(
                 index=origin,
                 role=old.role,
                 method="truncated",
@@ -185,7 +194,10 @@ def targets(
                 tool_name=old.name if old.role == "tool" else None,
                 handle=handle_for(old),
             )
-        )
+
+        # A cut copy is kept on its original, so a policy that rebuilds its output at every
+        # call meets the same copy at the same place again: its target is kept on it too.
+        found.append(new.derived(f"truncated:{origin}:{name}", made))
     return found
 
 

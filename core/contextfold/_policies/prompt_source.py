@@ -263,11 +263,21 @@ def choose_prompt(
 
     This mutates ``context.state``, the one mutable, per-conversation object a policy sees.
     """
-    index = find_prompt(messages, window_start, selection=selection)
+    from .scans import PromptScan  # the scan reads prompt kinds from this module
+
+    # Through the conversation's lineage, the positions found by earlier calls: only what
+    # was appended is read (an agent's long turn would be walked back at every call).
+    scan = PromptScan.of(messages, context)
+    if scan is None:
+        index = find_prompt(messages, window_start, selection=selection)
+    else:
+        index = scan.find_prompt(window_start, len(messages), selection)
     if index is None:
-        index = unanswered_prompt(messages, window_start)
+        index = (unanswered_prompt(messages, window_start) if scan is None
+                 else scan.unanswered_prompt(window_start))
         if index is None:
-            index = latest_broadcast(messages, window_start)
+            index = (latest_broadcast(messages, window_start) if scan is None
+                     else scan.latest_broadcast(window_start))
         origin: Literal["window", "history"] = "history"
     else:
         origin = "window"

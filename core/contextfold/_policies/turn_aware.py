@@ -29,7 +29,15 @@ from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..prompts._loader import TemporalContext
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy
-from .fitting import Fits, fits_budget, originals, same, shrink_largest_first, targets
+from .fitting import (
+    Fits,
+    fits_budget,
+    originals,
+    same,
+    shrink_largest_first,
+    shrink_message,
+    targets,
+)
 from .head_tail import HeadTail
 from .loop_slice import fit_loop
 from .prompt_source import (
@@ -40,6 +48,8 @@ from .prompt_source import (
     prompt_notes,
     restored_on_error,
 )
+from .scans import GroupScan
+from .turn_sums import SumsFit, TurnSums, fit_by_sums
 
 __all__ = ["TurnAwarePolicy", "compress_turn"]
 
@@ -74,6 +84,11 @@ class _Plan:
     loop: Group | None
     trailing: list[Group]
     replaced: dict[int, Message] = field(default_factory=dict)
+    all_history: int = -1  # past turns before any was dropped (-1: len(history))
+
+    def __post_init__(self) -> None:
+        if self.all_history < 0:
+            self.all_history = len(self.history)
 
     def current_indices(self) -> list[int]:
         groups = [*self.middle, *([self.loop] if self.loop else []), *self.trailing]
@@ -164,8 +179,9 @@ class TurnAwarePolicy(SimplePolicy):
 
     def _compose(
         self, messages: Sequence[Message], context: CompactionContext
-    ) -> tuple[_Plan, PromptChoice]:
-        """The uncut composition (updates ``context.state`` through the prompt choice)."""
+    ) -> tuple[_Plan, PromptChoice, SumsFit | None]:
+        """The uncut composition (updates ``context.state`` through the prompt choice),
+        and, for a long turn in a conversation's lineage, the fit decided by its sums."""
         n_sys = leading_system_count(messages)
         choice = choose_prompt(
             messages, n_sys, context, nudges=self.nudges, swarm_id=self.swarm_id,
@@ -174,6 +190,9 @@ class TurnAwarePolicy(SimplePolicy):
         system = list(messages[:n_sys])
         if self.temporal is not None:
             system = list(self.temporal.inject(system, context.now))
+        scan = GroupScan.of(messages, context)
+        if scan is not None and scan.n_sys == n_sys:
+            return self._scanned(messages, context, scan, choice, system)
         groups = split_groups(messages, n_sys)
         if choice.index is None:  # no real prompt anywhere: the whole body is the turn
             history: list[list[int]] = []
@@ -188,7 +207,48 @@ class TurnAwarePolicy(SimplePolicy):
         else:
             middle, loop, trailing = current[:loop_at], current[loop_at], current[loop_at + 1:]
         plan = _Plan(system, history, choice.message, choice.index, middle, loop, trailing)
-        return plan, choice
+        return plan, choice, None
+
+    def _scanned(
+        self, messages: Sequence[Message], context: CompactionContext, scan: GroupScan,
+        choice: PromptChoice, system: list[Message],
+    ) -> tuple[_Plan, PromptChoice, SumsFit | None]:
+        """:meth:`_compose` from the groups and past turns kept in the lineage: the groups
+        are made only for what stays in view, when the sums decide the fit."""
+        lineage = context.lineage
+        assert lineage is not None
+        sums = lineage.slot(messages, TurnSums.key(context, self.shape), TurnSums)
+        assert sums is not None
+        if choice.index is None:
+            history: list[list[int]] = []
+            first = 0
+        else:
+            at = scan.index_of(choice.index)
+            history = sums.history(messages, scan, at, compress_turn)
+            first = at + 1
+        count = len(scan.starts)
+        loop_at = scan.last_loop(first)
+        end = loop_at if loop_at is not None else count
+        loop = scan.group(messages, loop_at) if loop_at is not None else None
+        fit = None
+        if getattr(context.counter, "additive", False) is True:
+            head = context.measure([*system, choice.message])
+            fit = fit_by_sums(messages, context, scan, sums, self.shape, head=head,
+                              history=len(history), middle=(first, end), loop=loop)
+        kept_from, turns = (fit.middle_from, history[fit.history_from:]) if fit else (
+            first, list(history))
+        middle = [scan.group(messages, k) for k in range(kept_from, end)]
+        trailing = [scan.group(messages, k) for k in range(end + 1, count)] if loop else []
+        plan = _Plan(system, turns, choice.message, choice.index, middle, loop, trailing)
+        plan.all_history = len(history)
+        if fit is not None:  # the cuts the steps made, where they stay in view
+            cut = [i for g in middle if g.is_tool_loop for i in range(g.start, g.end)
+                   if messages[i].role == "tool"] if fit.older_cut else []
+            for i in [*cut, *fit.loop_cut]:
+                new = shrink_message(messages[i], self.shape)
+                if new is not messages[i]:
+                    plan.replaced[i] = new
+        return plan, choice, fit
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
         """Compose and fit (updates ``context.state``; left as it was when this raises)."""
@@ -196,11 +256,18 @@ class TurnAwarePolicy(SimplePolicy):
             return self._apply(messages, context)
 
     def _apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        plan, choice = self._compose(messages, context)
+        plan, choice, decided = self._compose(messages, context)
         details: dict[str, Any] = {"prompt_kind": choice.kind, "prompt_origin": choice.origin,
                    "encouragement_count": context.state.encouragement_count,
-                   "idle": context.state.idle, "history_turns": len(plan.history)}
-        fitted, fitted_origins, steps = self._fit(plan, messages, context)
+                   "idle": context.state.idle, "history_turns": plan.all_history}
+        if decided is None:
+            fitted, fitted_origins, steps = self._fit(plan, messages, context)
+        elif decided.fits:
+            steps = decided.steps
+            fitted, fitted_origins = plan.build(messages)
+        else:
+            steps = decided.steps
+            fitted, fitted_origins = self._last_resort(plan, messages, context, steps)
         before = originals(messages, fitted, fitted_origins)
         changed = targets(before, fitted, fitted_origins, context)
         details["history_turns_kept"] = len(plan.history)
@@ -266,15 +333,25 @@ class TurnAwarePolicy(SimplePolicy):
         if done():
             out, origins = plan.build(messages)
             return out, origins, steps
+        fitted, origins = self._last_resort(plan, messages, context, steps)
+        return fitted, origins, steps
+
+    def _last_resort(
+        self, plan: _Plan, messages: Sequence[Message], context: CompactionContext,
+        steps: list[str],
+    ) -> tuple[list[Message], list[int | None]]:
+        """Step 5: the prompt and the latest loop, fitted by ``fit_loop`` (history and
+        the turn's earlier groups are gone by now)."""
         steps.append("kept only the prompt and the latest loop")
         plan.trailing = []
+        plan.history, plan.middle = [], []
         out, origins = plan.build(messages)
         head_len = len(plan.system) + 1
         if plan.loop is not None:  # fit_loop cuts from the original loop, not the cut one
             out[head_len:] = list(plan.loop.messages)
         fitted, notes = fit_loop(out, head_len, context, self.shape)
         steps.extend(notes)
-        return fitted, origins[: len(fitted)], steps
+        return fitted, origins[: len(fitted)]
 
 
 def _history(groups: Sequence[Group]) -> list[list[int]]:
