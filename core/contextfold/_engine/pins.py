@@ -131,8 +131,17 @@ def _restored(
             prompt = next((i for i in range(group.start - 1, -1, -1)
                            if messages[i].role == "user"), None)
             if prompt is not None and messages[prompt].id not in where:
-                unit, start = [messages[prompt], *unit], prompt
-                back.add(prompt)
+                # In the prompt's place, unless what is in view between the prompt and the
+                # group (another pinned group of the turn) would then follow it; there the
+                # group goes alone after it, or with the prompt when no request precedes.
+                between = any(prompt < position.get(m.id, -1) < group.start for m in result)
+                at = _insertion_point(position, result, group.start, False)
+                if not between:
+                    unit, start = [messages[prompt], *unit], prompt
+                    back.add(prompt)
+                elif not any(m.role == "user" for m in result[:at]):
+                    unit = [messages[prompt], *unit]
+                    back.add(prompt)
         at = _insertion_point(position, result, start, unit[0].role == "user")
         result[at:at] = unit
     return result, moved, back

@@ -102,12 +102,36 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     """Spans of ``text`` that hold every match of the full pattern.
 
     Each key character's token, with the token after it ("12:30 PM", "5 million") and a
-    month name before it, overlapping windows merged. Scanning the windows with the full
-    pattern finds exactly what a scan of the whole text finds, except for a Windows path
-    whose folder names hold several spaced words.
+    month name before it, and from a drive letter (``C:\\``) to the end of its line (a
+    Windows path's folder names may hold spaced words), overlapping windows merged.
+    Scanning the windows with the full pattern finds exactly what a scan of the whole text
+    finds.
     """
     if len(text) < _WHOLE_SCAN_BELOW:
         return [(0, len(text))]
+    windows = _key_windows(text)
+    drives = [(m.start(), _line_end(text, m.start())) for m in _DRIVE.finditer(text)]
+    if not drives:
+        return windows
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted([*windows, *drives]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+_DRIVE = re.compile(r"[A-Za-z]:\\")
+
+
+def _line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
+
+
+def _key_windows(text: str) -> list[tuple[int, int]]:
+    """The windows of the key characters' tokens (see :func:`_candidate_windows`)."""
     windows: list[tuple[int, int]] = []
     start = end = -1
     rfind = text.rfind
