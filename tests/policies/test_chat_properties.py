@@ -23,13 +23,13 @@ from contextfold.testing import assert_valid_within, chats, generate_chat
 # fits the budget, so the input budget is theirs (TurnAware's, or what its design keeps of
 # past turns, their requests and answers, when that is less). SummaryPolicy's one summary
 # is as long as the summarizer makes it: the extractive one writes less than its room for
-# a short span of chat with long answers (down to about 0.75 of the target when the input
-# is just over the trigger). LoopSlicePolicy keeps the current request and tool loop by
-# design: its own test below.
+# a short span of chat with long answers (down to 0.70 of the target in 600 examples when
+# the input is just over the trigger). LoopSlicePolicy keeps the current request and tool
+# loop by design: its own test below.
 FILLS: dict[str, tuple[Callable[[], cf.policy.Policy], str, float]] = {
     "threshold": (cf.ThresholdPolicy, "target", 0.8),
     "tiered": (cf.TieredPolicy, "target", 0.8),
-    "summary": (cf.SummaryPolicy, "target", 0.7),
+    "summary": (cf.SummaryPolicy, "target", 0.65),
     "truncation": (cf.TruncationPolicy, "input", 0.8),
     "turn_aware": (cf.TurnAwarePolicy, "input", 0.8),
 }
