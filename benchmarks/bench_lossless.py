@@ -91,13 +91,16 @@ def readable(source: Any, conversation: str, text: str) -> tuple[str, int]:
             continue
         seen.add(handle)
         offset: int | None = 0
+        pages: list[str] = []  # one original, page after page: joined as it was written
         while offset is not None:
             page = read_original(source, conversation, handle, offset=offset, limit=20_000)
             if "error" in page:
                 break
-            out.append(page["content"])
-            todo.extend(h for h in HANDLE_RE.findall(page["content"]) if h not in seen)
+            pages.append(page["content"])
             offset = page["next_offset"]
+        original = "".join(pages)
+        out.append(original)
+        todo.extend(h for h in HANDLE_RE.findall(original) if h not in seen)
     return "\n".join(out), len(seen)
 
 
