@@ -325,7 +325,11 @@ def test_a_chat_keeps_its_task_prompt_and_latest_request_not_its_first_marker(
     assert all(a is b for a, b in zip(out[2:], [history[2], history[8], history[9]],
                                       strict=True))
     assert counter.count_messages(out) <= window
-    assert history[2] in requests[0].messages  # the task prompt goes to the summary
+    # The summary sees the span in order, the task prompt with it; its TASK is the latest
+    # request, answered after the span.
+    assert requests[0].messages == tuple(history[1:8])
+    assert requests[0].latest_request == "What was my booking reference again?"
+    assert requests[0].open_request is None
 
 
 def test_with_room_for_nothing_else_the_latest_request_comes_with_a_notice(
@@ -343,6 +347,36 @@ def test_with_room_for_nothing_else_the_latest_request_comes_with_a_notice(
     assert counter.count_messages(out) <= window
     dropped = [t.index for t in outcome.targets if t.method == "dropped"]
     assert dropped == [1, 2, 3, 4, 5, 6, 7, 9]
+
+
+def test_the_summary_task_of_a_chat_is_its_latest_request(counter: cf.TokenCounter) -> None:
+    history = session_chat()
+    budget = cf.Budget(context_window=counter.count_messages(history))
+    result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter)
+    summary = next(m for m in result.messages if m.source == "summary")
+    assert "TASK: What was my booking reference again?" in summary.text
+    assert "earlier request: Find me a hotel near the river." in summary.text
+
+
+def test_a_latest_request_inside_the_span_goes_to_the_summary_in_its_place(
+    counter: cf.TokenCounter,
+) -> None:
+    # A second request between the steps compacted: it stays in view, and the summary
+    # sees it where it was, so its TASK is that request, not the first.
+    first = cf.Message(role="user", content="Read the March reports.")
+    second = cf.Message(role="user", content="Now the April ones.")
+    history = [first, *tool_step("a", 6_000), *tool_step("b", 6_000), second,
+               *tool_step("c", 6_000), *tool_step("d", 6_000)]
+    for k in range(3):
+        history += tool_step(f"r{k}", 600)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert second in outcome.messages
+    sent = requests[0].messages
+    assert sent[0] is first and second in sent
+    assert [history.index(m) for m in sent] == sorted(history.index(m) for m in sent)
+    assert any(history.index(m) > history.index(second) for m in sent)
+    assert requests[0].latest_request is None
 
 
 # -- images --------------------------------------------------------------------------

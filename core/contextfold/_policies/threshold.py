@@ -12,7 +12,8 @@ When the input passes ``budget.trigger`` (75%) the policy compacts it towards
    compaction is recursive;
 3. save the originals, then cut each target to its head and tail with the threshold design's label;
    truncated assistant messages lose their reasoning but keep their tool calls;
-4. ask for one summary of the originals (TASK, PROGRESS, REMAINING, DATA, DECISIONS);
+4. ask for one summary of the originals (TASK, PROGRESS, REMAINING, DATA, DECISIONS),
+   whose TASK is the latest request, answered or not;
 5. add a user message with the summary and the continuation nudge, or, when the summary
    failed, the threshold design's compaction notice.
 
@@ -250,12 +251,14 @@ class ThresholdPolicy:
         plan = rolling if rolling is not None else self._plan(messages, context)
         if not plan.chosen and not plan.dropped:
             return self._without_summary(messages, plan, context)
+        originals, latest = plan_originals(plan)
         request = SummaryRequest(
-            messages=plan_originals(plan),
+            messages=originals,
             instructions=self.instructions,
             max_tokens=self._request_tokens(plan, context),
             purpose="threshold",
             open_request=open_request(messages),
+            latest_request=latest,
         )
         reply = yield request
         return self._finish(messages, plan, reply, context)
@@ -790,14 +793,26 @@ def cut_to_fit(
         floor[k] = shrink_message(original, shape, max_chars=0)
     return plan.place(floor, notice)
 
-def plan_originals(plan: Plan) -> tuple[Message, ...]:
-    """The full text of every target and dropped message, in order, after the task prompt
-    (kept verbatim in the context, sent along so the summary can state the TASK)."""
-    picked = sorted(set(plan.chosen) | plan.dropped)
-    task = task_prompt(plan.work)
-    if task is not None and task not in plan.chosen:
-        picked = [task, *(i for i in picked if i != task)]
-    return tuple(plan.work[i] for i in picked)
+def plan_originals(plan: Plan) -> tuple[tuple[Message, ...], str | None]:
+    """(the full text of every target and dropped message, the latest request when it comes
+    after them all).
+
+    The originals go in order, with the task prompt and the latest request (kept verbatim
+    in the context) where they stand among them, so the summary can state the TASK: the
+    latest request, and the earlier ones under it. A latest request after every original
+    goes apart, as :attr:`SummaryRequest.latest_request`: the summary's TASK, answered or
+    not (an unanswered one is the request's ``open_request`` too)."""
+    picked = set(plan.chosen) | plan.dropped
+    task, latest = requests(plan.work)
+    after = None
+    if latest is not None and latest not in picked:
+        if picked and latest < max(picked):
+            picked.add(latest)
+        else:
+            after = plan.work[latest].text
+    if task is not None:
+        picked.add(task)
+    return tuple(plan.work[i] for i in sorted(picked)), after
 
 # -- the summary message: its text, where it goes, how it is fitted -----------------
 
