@@ -72,11 +72,7 @@ def test_every_policy_fills_its_target_on_chat(
     assert used >= share * goal, f"{name} filled {used / goal:.0%} of its {of}"
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, reason="ThresholdPolicy keeps the first user message (here a session "
-        "marker) and the newest group over the latest request on small budgets"))
-    if name == "threshold" else name for name in sorted(EVERY)])
+@pytest.mark.parametrize("name", sorted(EVERY))
 @settings(max_examples=max(60, settings.default.max_examples))  # central invariant
 @given(chat=chats(max_sessions=6), answered=st.booleans(), share=st.floats(0.02, 1.2))
 def test_every_policy_keeps_the_system_prompt_and_the_latest_request(

@@ -12,6 +12,7 @@ import contextfold as cf
 from contextfold._lossless.ledger import LEDGER_HEADER
 from contextfold._policies.fitting import shrink_message
 from contextfold._policies.head_tail import truncation_label
+from contextfold._policies.prompt_source import NON_PROMPT_SOURCES
 from contextfold._policies.threshold import (
     COMPACTION_NOTICE,
     CONTINUATION_NUDGE,
@@ -288,6 +289,96 @@ def test_earlier_summaries_are_recompacted(counter: cf.TokenCounter, rolling: bo
         assert sum(m.source == "summary" for m in outcome.messages) == 1
 
 
+# -- the task prompt and the latest request ------------------------------------------
+
+
+def session_chat() -> list[cf.Message]:
+    """Three sessions of a chat, each opened by a marker; the latest request is answered."""
+    def marker(k: int) -> cf.Message:
+        return cf.Message(role="user", content=f"[Session {k} started: 2026-01-0{k} 09:00]",
+                          source="session")
+
+    return [cf.Message(role="system", content="You are a travel assistant."),
+            marker(1),
+            cf.Message(role="user", content="Plan my May trip to Lisbon; booking KX4821."),
+            cf.Message(role="assistant", content=words(1_500, "plan")),
+            marker(2),
+            cf.Message(role="user", content="Find me a hotel near the river."),
+            cf.Message(role="assistant", content=words(1_500, "hotel")),
+            marker(3),
+            cf.Message(role="user", content="What was my booking reference again?"),
+            cf.Message(role="assistant", content="It is KX4821.")]
+
+
+def test_a_chat_keeps_its_task_prompt_and_latest_request_not_its_first_marker(
+    counter: cf.TokenCounter,
+) -> None:
+    # The first user message is a session marker: the task prompt is the first real
+    # prompt, and the latest request stays verbatim in its place, before its answer.
+    history = session_chat()
+    window = int(counter.count_messages(history) * 0.3)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    out = outcome.messages
+    assert [m.source for m in out] == [None, "summary", None, None, None]
+    assert out[0] is history[0]
+    assert out[2:] == [history[2], history[8], history[9]]
+    assert all(a is b for a, b in zip(out[2:], [history[2], history[8], history[9]],
+                                      strict=True))
+    assert counter.count_messages(out) <= window
+    # The summary sees the span in order, the task prompt with it; its TASK is the latest
+    # request, answered after the span.
+    assert requests[0].messages == tuple(history[1:8])
+    assert requests[0].latest_request == "What was my booking reference again?"
+    assert requests[0].open_request is None
+
+
+def test_with_room_for_nothing_else_the_latest_request_comes_with_a_notice(
+    counter: cf.TokenCounter,
+) -> None:
+    history = session_chat()
+    pair = [history[0], history[8]]
+    window = counter.count_messages(pair) + counter.count_text(SHORT_NOTICE) + 30
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    out = outcome.messages
+    assert outcome.details["degradation"] == "request_only"
+    assert [m.source for m in out] == [None, "summary", None]
+    assert out[0] is history[0] and out[2] is history[8]
+    assert out[1].text.startswith(SHORT_NOTICE)
+    assert counter.count_messages(out) <= window
+    dropped = [t.index for t in outcome.targets if t.method == "dropped"]
+    assert dropped == [1, 2, 3, 4, 5, 6, 7, 9]
+
+
+def test_the_summary_task_of_a_chat_is_its_latest_request(counter: cf.TokenCounter) -> None:
+    history = session_chat()
+    budget = cf.Budget(context_window=counter.count_messages(history))
+    result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter)
+    summary = next(m for m in result.messages if m.source == "summary")
+    assert "TASK: What was my booking reference again?" in summary.text
+    assert "earlier request: Find me a hotel near the river." in summary.text
+
+
+def test_a_latest_request_inside_the_span_goes_to_the_summary_in_its_place(
+    counter: cf.TokenCounter,
+) -> None:
+    # A second request between the steps compacted: it stays in view, and the summary
+    # sees it where it was, so its TASK is that request, not the first.
+    first = cf.Message(role="user", content="Read the March reports.")
+    second = cf.Message(role="user", content="Now the April ones.")
+    history = [first, *tool_step("a", 6_000), *tool_step("b", 6_000), second,
+               *tool_step("c", 6_000), *tool_step("d", 6_000)]
+    for k in range(3):
+        history += tool_step(f"r{k}", 600)
+    window = int(counter.count_messages(history) / 0.8)
+    outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert second in outcome.messages
+    sent = requests[0].messages
+    assert sent[0] is first and second in sent
+    assert [history.index(m) for m in sent] == sorted(history.index(m) for m in sent)
+    assert any(history.index(m) > history.index(second) for m in sent)
+    assert requests[0].latest_request is None
+
+
 # -- images --------------------------------------------------------------------------
 
 
@@ -342,11 +433,14 @@ def test_drops_oldest_unprotected_groups_when_truncation_is_not_enough(
 
 
 def test_protections_degrade_in_order_when_they_do_not_fit(counter: cf.TokenCounter) -> None:
-    # A huge task and two huge results in half their size: the threshold design's protections (first
-    # user message, last 3 of each role) cannot fit, so the policy degrades to cutting the
-    # first user message and the newest group head+tail instead of failing.
+    # A huge task, a huge result, a follow-up and another huge result in half their size:
+    # the threshold design's protections (the task prompt, the latest request, last 3 of
+    # each role) cannot fit, so the policy degrades to cutting the task prompt and the
+    # newest group head+tail instead of failing. The latest request stays verbatim.
     history = [cf.Message(role="user", content=words(20_000, "task"))]
-    history += tool_step("a", 20_000) + tool_step("b", 20_000)
+    history += tool_step("a", 20_000)
+    history += [cf.Message(role="user", content="Now the second one.")]
+    history += tool_step("b", 20_000)
     window = counter.count_messages(history) // 2
     outcome, requests = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
     assert cf.validate(outcome.messages) == []
@@ -356,7 +450,22 @@ def test_protections_degrade_in_order_when_they_do_not_fit(counter: cf.TokenCoun
     assert history[0].id in ids and history[-2].id in ids and history[-1].id in ids
     first = next(m for m in outcome.messages if m.id == history[0].id)
     assert first.text.startswith("task lorem") and "TRUNCATED" in first.text
+    assert history[3] in outcome.messages  # the latest request, the same object
     assert history[0] in requests[0].messages  # its full text goes to the summary
+
+
+def test_a_task_that_is_the_latest_request_stays_verbatim(counter: cf.TokenCounter) -> None:
+    # One huge request and two huge results in half their size: the request is the latest
+    # one and fits the budget, so the newest group is cut to make room, never the request.
+    history = [cf.Message(role="user", content=words(20_000, "task"))]
+    history += tool_step("a", 20_000) + tool_step("b", 20_000)
+    window = counter.count_messages(history) // 2
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    assert counter.count_messages(outcome.messages) <= window
+    assert outcome.details["degradation"] == "cut_to_fit"
+    assert outcome.messages[0] is history[0]
+    result = next(m for m in outcome.messages if m.id == history[-1].id)
+    assert "TRUNCATED" in result.text
 
 
 def test_recency_is_relaxed_before_errors_are_touched(counter: cf.TokenCounter) -> None:
@@ -441,12 +550,28 @@ def test_constants_are_configurable(counter: cf.TokenCounter) -> None:
 # -- properties ----------------------------------------------------------------------
 
 
+def task_and_latest(messages: Sequence[cf.Message]) -> list[cf.Message]:
+    """The task prompt (the first real prompt, else the first user message) and the latest
+    request (the latest real prompt), computed independently of the policy."""
+    users = [m for m in messages if m.role == "user"]
+    real = [m for m in users if m.source not in NON_PROMPT_SOURCES]
+    return [*(real or users)[:1], *real[-1:]]
+
+
+def pair_fits(history: Sequence[cf.Message], budget: cf.Budget,
+              counter: cf.TokenCounter) -> cf.Message | None:
+    """The latest request when it fits the budget beside the system messages."""
+    history, _ = cf.repair(history)  # what the policy saw
+    real = [m for m in history if m.role == "user" and m.source not in NON_PROMPT_SOURCES]
+    if not real:
+        return None
+    pair = [*(m for m in history if m.role == "system"), real[-1]]
+    return real[-1] if counter.count_messages(pair) <= budget.input_budget else None
+
+
 def protected_ids(messages: Sequence[cf.Message], recent: int = 3) -> set[str]:
     """The threshold design's protections, computed independently of the policy."""
-    ids: set[str] = set()
-    users = [m for m in messages if m.role == "user"]
-    if users:
-        ids.add(users[0].id)
+    ids = {m.id for m in task_and_latest(messages)}
     for role in ("tool", "assistant", "user"):
         ids.update(m.id for m in [m for m in messages if m.role == role][-recent:])
     ids.update(m.id for m in messages if m.is_error)
@@ -458,11 +583,11 @@ def newest_group(messages: Sequence[cf.Message]) -> list[cf.Message]:
 
 
 def bare_floor(history: Sequence[cf.Message]) -> list[cf.Message]:
-    """The stated minimum: system messages, the first user message and the newest group cut
-    to their labels, and the short notice."""
+    """The stated minimum when the latest request does not fit beside the system messages:
+    system messages, the task prompt, the latest request and the newest group cut to their
+    labels, and the short notice."""
     history, _ = cf.repair(history)  # what the policy saw
-    users = [m for m in history if m.role == "user"]
-    keep = {m.id for m in newest_group(history)} | {m.id for m in users[:1]}
+    keep = {m.id for m in [*newest_group(history), *task_and_latest(history)]}
     floor = [m if m.role == "system" else shrink_message(m, HeadTail(), max_chars=0)
              for m in history if m.role == "system" or m.id in keep]
     return [*floor, cf.Message(role="user", content=SHORT_NOTICE, source="summary")]
@@ -485,17 +610,16 @@ def test_threshold_output_is_valid_within_budget_and_keeps_the_protected(
         result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter,
                             summarizer=summarizer, force=force, known_tokens=known_tokens)
     except cf.BudgetExceededError:
+        assert pair_fits(history, budget, counter) is None
         assert counter.count_messages(bare_floor(history)) > budget.input_budget
         event("budget exceeded")
         return
     degradation = result.report.details.get("degradation", "none")
     event(f"method {result.report.method}, degradation {degradation}")
     assert_valid_within(result.messages, budget, counter)
-    if result.report.method == "floor":  # the policy refused; the engine's floor answered
+    assert_keeps_the_requests(history, result, budget, counter)
+    if result.report.method == "floor":
         return
-    out_ids = {m.id for m in result.messages}
-    assert {m.id for m in newest_group(history)} <= out_ids
-    assert next(m.id for m in history if m.role == "user") in out_ids
     out = {id(m) for m in result.messages}
     if result.report.method != "none" and degradation == "none":
         for m in history:
@@ -540,17 +664,33 @@ def test_tiny_budgets_degrade_or_fail_only_below_the_stated_minimum(
                             summarizer=ScriptedSummarizer(default="TASK: t\nDATA: KT-1"),
                             force=force)
     except cf.BudgetExceededError as exc:
+        assert pair_fits(history, budget, counter) is None
         assert counter.count_messages(bare_floor(history)) > budget.input_budget
         assert exc.needed > exc.available
         event("budget exceeded")
         return
     event(f"degradation {result.report.details.get('degradation', 'none')}")
     assert_valid_within(result.messages, budget, counter)
+    assert_keeps_the_requests(history, result, budget, counter)
+
+
+def assert_keeps_the_requests(
+    history: Sequence[cf.Message], result: cf.CompactionResult, budget: cf.Budget,
+    counter: cf.TokenCounter,
+) -> None:
+    """The latest request, verbatim, whenever it fits beside the system messages; the task
+    prompt and the newest group (cut at most) unless only that pair had room."""
+    latest = pair_fits(history, budget, counter)
+    if latest is not None:
+        assert any(m is latest for m in result.messages), "the latest request was cut or left out"
     if result.report.method == "floor":  # the policy refused; the engine's floor answered
+        return
+    if result.report.details.get("degradation") == "request_only":
+        assert latest is not None
         return
     out_ids = {m.id for m in result.messages}
     assert {m.id for m in newest_group(history)} <= out_ids
-    assert next(m.id for m in history if m.role == "user") in out_ids
+    assert {m.id for m in task_and_latest(history)} <= out_ids
 
 
 @given(history=histories(max_turns=6, imperfect=True), share=st.floats(0.3, 1.2))

@@ -59,6 +59,7 @@ __all__ = [
     "prompt_kind",
     "prompt_notes",
     "restored_on_error",
+    "task_prompt",
 ]
 
 PromptKind = Literal["direct", "commander_broadcast", "swarm_broadcast", "nudge"]
@@ -164,6 +165,21 @@ def find_prompt(
             if best_rank == 0:
                 break
     return best
+
+
+def task_prompt(messages: Sequence[Message]) -> int | None:
+    """Index of the conversation's task prompt: its first real prompt (a session marker,
+    summary or nudge before it is context, not the task), else its first user message;
+    ``None`` when there is no user message."""
+    first = None
+    for i, m in enumerate(messages):
+        if m.role != "user":
+            continue
+        if prompt_kind(m) is not None:
+            return i
+        if first is None:
+            first = i
+    return first
 
 
 def unanswered_prompt(messages: Sequence[Message], end: int) -> int | None:

@@ -6,13 +6,14 @@ When the input passes ``budget.trigger`` (75%) the policy compacts it towards
 1. strip images from tool results the model has already analysed (a marker says so);
 2. pick targets in three passes until the projected savings cover the excess: tool
    results largest first, then assistant messages oldest first, then user messages
-   oldest first. Never targeted: system messages, the first user message, the last
-   ``protect_recent`` messages of each role, error results, pinned messages and messages
-   under ``min_compaction_chars``. Earlier summaries are *not* protected, so compaction
-   is recursive;
+   oldest first. Never targeted: system messages, the task prompt, the latest request,
+   the last ``protect_recent`` messages of each role, error results, pinned messages and
+   messages under ``min_compaction_chars``. Earlier summaries are *not* protected, so
+   compaction is recursive;
 3. save the originals, then cut each target to its head and tail with the threshold design's label;
    truncated assistant messages lose their reasoning but keep their tool calls;
-4. ask for one summary of the originals (TASK, PROGRESS, REMAINING, DATA, DECISIONS);
+4. ask for one summary of the originals (TASK, PROGRESS, REMAINING, DATA, DECISIONS),
+   whose TASK is the latest request, answered or not;
 5. add a user message with the summary and the continuation nudge, or, when the summary
    failed, the threshold design's compaction notice.
 
@@ -29,16 +30,28 @@ reach the target with the summary's room:
 (Pinned messages come back verbatim whatever the policy did: the ``Compactor`` runs every
 policy within the pin guarantee, reserving their room when a level needed theirs.)
 
+The threshold design protects "the first user message (original task prompt)". Here that
+is the *task prompt*: the first real prompt (:func:`~.prompt_source.prompt_kind`), since a
+session marker, an earlier summary or a nudge before it is not the task, else the first
+user message. The *latest request* (the latest real prompt) is protected the same way:
+it is what the model must answer, and on a long chat it is neither the first user message
+nor, once answered, in the newest group.
+
 Dropping takes whole groups (a call with its results, or a standalone message), oldest
-first, never the group of the first user message or the newest group; their full text
+first, never the task prompt, the latest request or the newest group; their full text
 goes into the summary request with the truncated targets, so the summary's DATA keeps
 their identifiers, and the store keeps the full history. When no step reaches the target,
 the least degraded one whose output fits the input budget with the summary's room is used,
-else the least degraded one that fits with the notice. When none fits, the first user
-message and the newest group are cut head+tail (their tool calls kept) to the largest
-common size that fits, with the threshold design's notice or, when not even that fits, a
-:data:`SHORT_NOTICE`: :class:`~contextfold.BudgetExceededError` is raised only when the
-system messages, those messages cut to their labels and the short notice do not fit.
+else the least degraded one that fits with the notice. When none fits, the task prompt
+and the newest group are cut head+tail (their tool calls kept) to the largest common size
+that fits, with the threshold design's notice or, when not even that fits, a
+:data:`SHORT_NOTICE`. The latest request stays verbatim while it fits the budget beside
+the system messages: when not even the labels of the others fit beside it, they are
+dropped too and the output is the system messages, the latest request and a notice (the
+``request_only`` degradation). :class:`~contextfold.BudgetExceededError` is raised only
+when that does not fit with the short notice, or, when the latest request does not fit
+beside the system messages, when they, the task prompt, the newest group and the latest
+request cut to their labels and the short notice do not fit.
 
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
@@ -87,7 +100,7 @@ from .contract import (
 from .fitting import shrink_message, squeeze
 from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
-from .prompt_source import open_request, prompt_kind
+from .prompt_source import find_prompt, open_request, prompt_kind, task_prompt
 from .rolling import block_position, frozen_prefix, is_block
 
 __all__ = [
@@ -238,12 +251,14 @@ class ThresholdPolicy:
         plan = rolling if rolling is not None else self._plan(messages, context)
         if not plan.chosen and not plan.dropped:
             return self._without_summary(messages, plan, context)
+        originals, latest = plan_originals(plan)
         request = SummaryRequest(
-            messages=plan_originals(plan),
+            messages=originals,
             instructions=self.instructions,
             max_tokens=self._request_tokens(plan, context),
             purpose="threshold",
             open_request=open_request(messages),
+            latest_request=latest,
         )
         reply = yield request
         return self._finish(messages, plan, reply, context)
@@ -274,13 +289,12 @@ class ThresholdPolicy:
         A rolling plan compacts only what follows the frozen part, relaxing the recency
         protection as the full plan does. The frozen part (what earlier passes left after
         the first user message) rides on top of what a full compaction could reach (the
-        target, or the system prompt, the first request and the newest group with a
-        summary when those alone pass it), up to ``rolling_share`` of the target: a plan is
-        taken when it lands within that and under the trigger, its summary reckoned at the
-        size of the last block's (a block summarizes one span, not the conversation). Past
-        that share, when
-        the ledgers have no room for another block's entries, or when no plan lands within
-        it, the pass consolidates."""
+        target, or the system prompt, the task prompt, the latest request and the newest
+        group with a summary when those alone pass it), up to ``rolling_share`` of the
+        target: a plan is taken when it lands within that and under the trigger, its
+        summary reckoned at the size of the last block's (a block summarizes one span, not
+        the conversation). Past that share, when the ledgers have no room for another
+        block's entries, or when no plan lands within it, the pass consolidates."""
         budget = context.budget
         if not self.rolling or (not context.force
                                 and context.input_tokens(messages) <= budget.trigger_tokens):
@@ -299,7 +313,10 @@ class ThresholdPolicy:
             if ledgers and sum(ledgers) + ledgers[-1] > self.ledger.room(context):
                 return None  # no room for another block's entries: merge (least used shed)
         offset, reserve = self._margins(messages, context)
-        essential = [*messages[:first + 1], *split_groups(messages, stable)[-1].messages]
+        newest = split_groups(messages, stable)[-1]
+        asked = set(requests(messages))
+        essential = [m for i, m in enumerate(messages)
+                     if i <= first or i in asked or newest.start <= i < newest.end]
         reachable = max(budget.target_tokens, context.measure(essential) + offset + reserve)
         summaries = [count(m) for m in blocks if m.metadata.get("compaction") == "threshold"]
         if summaries:  # a new block's summary, at the size the last one came to
@@ -389,16 +406,35 @@ class ThresholdPolicy:
         return saved
 
     def _to_the_bone(self, plan: Plan, context: CompactionContext) -> Plan:
-        """Every group that may go dropped; then the first user message and the newest group
-        cut head+tail to fit (:func:`cut_to_fit`). Raises when even their
-        labels and the short notice do not fit."""
+        """Every group that may go dropped; then the task prompt and the newest group cut
+        head+tail to fit (:func:`cut_to_fit`), the latest request too when not even it fits
+        beside the system messages; when it does and their labels do not, the request alone
+        (:meth:`_request_only`). Raises when even that does not fit with the short notice."""
         drop_groups(plan, context, 10**18)
         plan.level = "cut_to_fit"
+        latest = verbatim_request(plan, context)
         floor = cut_to_fit(plan, context, self.head_tail, self._notices(plan, context),
-                           self._notice_tokens(context))
-        if floor is not None:
+                           self._notice_tokens(context), keep=latest)
+        if floor is None:
+            return plan
+        if latest is None:
             raise self._too_big(floor, context)
-        return plan
+        return self._request_only(plan, latest, context)
+
+    def _request_only(self, plan: Plan, latest: int, context: CompactionContext) -> Plan:
+        """Everything but the system messages and the latest request dropped (their full
+        text goes to the summary, the notice names their handle), with the request verbatim
+        where it was: what the library promises while that pair fits. Raises when not even
+        the short notice fits beside them (the engine's floor may still send the pair)."""
+        plan.dropped.update(i for i, m in enumerate(plan.work)
+                            if m.role not in SYSTEM_ROLES and i != latest)
+        note_dropped(plan, context)
+        plan.level = "request_only"
+        kept = plan.kept()
+        notices = [plan.place(kept, n) for n in self._notices(plan, context)]
+        if any(context.measure(out) <= context.budget.input_budget for out in notices):
+            return plan
+        raise self._too_big(notices[-1], context, "the latest request")
 
     def _notices(self, plan: Plan, context: CompactionContext) -> list[Message]:
         """The threshold design's notice naming the dropped messages' handle, then with the handle
@@ -542,11 +578,14 @@ class ThresholdPolicy:
         """The summary (or the notice), with ``note`` naming the handle of what was dropped."""
         return summary_message(text, context, nudge=self.nudge, notice=self.notice, note=note)
 
-    def _too_big(self, out: Sequence[Message], context: CompactionContext) -> BudgetExceededError:
+    def _too_big(
+        self, out: Sequence[Message], context: CompactionContext,
+        kept: str = "the task prompt, the latest request and the newest group cut head+tail "
+                    "to their labels",
+    ) -> BudgetExceededError:
         return BudgetExceededError(
-            "threshold compaction: the system messages, the first user message and the "
-            "newest group cut head+tail to their labels, and the short compaction notice "
-            f"({len(out)} messages)",
+            f"threshold compaction: the system messages, {kept}, and the short compaction "
+            f"notice ({len(out)} messages)",
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
@@ -599,29 +638,25 @@ class Plan:
 def protected_at(
     work: Sequence[Message], level: Level, stable: int = 0
 ) -> tuple[frozenset[int], frozenset[int]]:
-    """(never truncated, never dropped) at ``level``: system messages, the first user
-    message, the last ``level.recent`` of each role, errors and pinned messages unless the
-    level cuts or drops them, and the frozen part of a rolling pass (``work[:stable]``);
-    the newest group is never dropped, and at ``recent`` 0 its last message of each role is
-    never truncated."""
+    """(never truncated, never dropped) at ``level``: system messages, the task prompt and
+    the latest request (:func:`requests`), the last ``level.recent`` of each role, errors
+    and pinned messages unless the level cuts or drops them, and the frozen part of a
+    rolling pass (``work[:stable]``); the newest group is never dropped, and at ``recent`` 0
+    its last message of each role is never truncated."""
     frozen: set[int] = set(range(stable))
     important: set[int] = set()
     seen = {"tool": 0, "assistant": 0, "user": 0}
-    first_user = None
     for i in range(len(work) - 1, -1, -1):
         m = work[i]
         if m.role in seen:
             if seen[m.role] < level.recent:
                 frozen.add(i)
             seen[m.role] += 1
-        if m.role == "user":
-            first_user = i
         if m.role in SYSTEM_ROLES:
             frozen.add(i)
         elif m.is_error or m.is_pinned:
             important.add(i)
-    if first_user is not None:
-        frozen.add(first_user)
+    frozen.update(i for i in requests(work) if i is not None)
     groups = split_groups(work)
     newest = set(range(groups[-1].start, groups[-1].end)) if groups else set()
     if level.recent == 0 and newest:  # its last message of each role stays verbatim
@@ -631,6 +666,23 @@ def protected_at(
         frozen |= important
     anchored = frozen | newest | (set() if level.drop_protected else important)
     return frozenset(frozen), frozenset(anchored)
+
+def requests(work: Sequence[Message]) -> tuple[int | None, int | None]:
+    """(the task prompt, the latest request): the first real prompt, else the first user
+    message; the latest real prompt (``None`` without one: the task prompt is all there is)."""
+    return task_prompt(work), find_prompt(work, 0)
+
+
+def verbatim_request(plan: Plan, context: CompactionContext) -> int | None:
+    """The latest request when it fits the input budget beside the system messages: then
+    it is never cut (the library's promise); else ``None``, and it is cut like the task
+    prompt when nothing else is left to take."""
+    latest = requests(plan.work)[1]
+    if latest is None:
+        return None
+    pair = [m for m in plan.work if m.role in SYSTEM_ROLES] + [plan.work[latest]]
+    return latest if context.measure(pair) <= context.budget.input_budget else None
+
 
 def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
     """The report's targets: stripped images, truncated and dropped messages."""
@@ -707,16 +759,18 @@ def note_dropped(plan: Plan, context: CompactionContext) -> None:
 
 def cut_to_fit(
     plan: Plan, context: CompactionContext, shape: HeadTail, notices: Sequence[Message],
-    notice_room: int,
+    notice_room: int, keep: int | None = None,
 ) -> list[Message] | None:
-    """Cut the kept messages but the system ones (the first user message and the newest
-    group, once everything else is dropped) head+tail to the largest common size that fits
-    with the summary's reserve under the target, else with ``notice_room`` under the budget,
-    else with each of ``notices`` (the short one last). Records the cuts in ``plan.chosen``
-    and returns ``None``; when not even their labels fit, returns that floor."""
+    """Cut the kept messages but the system ones and ``keep`` (the task prompt, the newest
+    group and the latest request unless it is ``keep``, once everything else is dropped)
+    head+tail to the largest common size that fits with the summary's reserve under the
+    target, else with ``notice_room`` under the budget, else with each of ``notices`` (the
+    short one last). Records the cuts in ``plan.chosen`` and returns ``None``; when not even
+    their labels fit, returns that floor."""
     kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
     out = [plan.chosen.get(i, plan.work[i]) for i in kept]
-    spots = [k for k, i in enumerate(kept) if plan.work[i].role not in SYSTEM_ROLES]
+    spots = [k for k, i in enumerate(kept)
+             if plan.work[i].role not in SYSTEM_ROLES and i != keep]
     originals = [plan.work[kept[k]] for k in spots]
     limit = context.budget.input_budget
     target = context.budget.target_tokens - plan.offset
@@ -739,14 +793,26 @@ def cut_to_fit(
         floor[k] = shrink_message(original, shape, max_chars=0)
     return plan.place(floor, notice)
 
-def plan_originals(plan: Plan) -> tuple[Message, ...]:
-    """The full text of every target and dropped message, in order, after the first user
-    message (kept verbatim in the context, sent along so the summary can state the TASK)."""
-    picked = sorted(set(plan.chosen) | plan.dropped)
-    first_user = next((i for i, m in enumerate(plan.work) if m.role == "user"), None)
-    if first_user is not None and first_user not in plan.chosen:
-        picked = [first_user, *(i for i in picked if i != first_user)]
-    return tuple(plan.work[i] for i in picked)
+def plan_originals(plan: Plan) -> tuple[tuple[Message, ...], str | None]:
+    """(the full text of every target and dropped message, the latest request when it comes
+    after them all).
+
+    The originals go in order, with the task prompt and the latest request (kept verbatim
+    in the context) where they stand among them, so the summary can state the TASK: the
+    latest request, and the earlier ones under it. A latest request after every original
+    goes apart, as :attr:`SummaryRequest.latest_request`: the summary's TASK, answered or
+    not (an unanswered one is the request's ``open_request`` too)."""
+    picked = set(plan.chosen) | plan.dropped
+    task, latest = requests(plan.work)
+    after = None
+    if latest is not None and latest not in picked:
+        if picked and latest < max(picked):
+            picked.add(latest)
+        else:
+            after = plan.work[latest].text
+    if task is not None:
+        picked.add(task)
+    return tuple(plan.work[i] for i in sorted(picked)), after
 
 # -- the summary message: its text, where it goes, how it is fitted -----------------
 
