@@ -330,3 +330,10 @@ def test_identifying_fields_of_a_json_record_are_identifiers() -> None:
     assert identifiers.field_values("not json {") == []
     assert identifiers.field_values('{"name": ') == []
     assert identifiers.field_values("[" * 100_000 + "]" * 100_000) == []
+
+
+@given(st.lists(st.sampled_from(["C", "z", "é", "1", ":", "\\", ":\\", " ", "\n"]),
+                max_size=40).map("".join))
+def test_drive_letters_are_found_where_the_pattern_matches(text: str) -> None:
+    pattern = re.compile(r"[A-Za-z]:\\")
+    assert identifiers._drive_starts(text) == [m.start() for m in pattern.finditer(text)]

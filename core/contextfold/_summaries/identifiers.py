@@ -110,7 +110,7 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     if len(text) < _WHOLE_SCAN_BELOW:
         return [(0, len(text))]
     windows = _key_windows(text)
-    drives = [(m.start(), _line_end(text, m.start())) for m in _DRIVE.finditer(text)]
+    drives = [(at, _line_end(text, at)) for at in _drive_starts(text)]
     if not drives:
         return windows
     merged: list[tuple[int, int]] = []
@@ -122,7 +122,21 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     return merged
 
 
-_DRIVE = re.compile(r"[A-Za-z]:\\")
+_DRIVE_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _drive_starts(text: str) -> list[int]:
+    """Where ``[A-Za-z]:\\`` matches in ``text`` (as ``re.finditer`` finds it): each ``:\\``
+    found by ``str.find``, which skips to it at C speed, with a letter before it. A search
+    for the pattern itself starts a match at every letter, ten times slower on prose."""
+    found = []
+    find = text.find
+    at = find(":\\", 1)
+    while at > 0:
+        if text[at - 1] in _DRIVE_LETTERS:
+            found.append(at - 1)
+        at = find(":\\", at + 1)
+    return found
 
 
 def _line_end(text: str, start: int) -> int:
