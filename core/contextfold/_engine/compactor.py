@@ -707,7 +707,7 @@ class Compactor:
             t.method in _TAKEN_OUT for t in outcome.targets)
         if (out is not view and not plan.force and compacted
                 and not (not plan.exact and _kept_only(out, view))
-                and tokens_after > before()):
+                and self._grew(plan, snapshot, tokens_after)):
             # (An output made only of the input's own messages cannot be larger than it
             # under a counter whose totals are sums, the only kind that gives bounds: the
             # input is not counted for this.)
@@ -746,8 +746,9 @@ class Compactor:
             details = {**outcome.details, **figures,
                        **self._keep_originals(view, targets, blocks, settled),
                        "usage": usage, "cached_prefix": cached}
-            if not plan.exact:  # counted when read: the call did not need them
-                targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
+            # Counted when read: a policy may give a bound for what it dropped uncounted
+            # (the call did not need them, or a repair made them).
+            targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
         report = CompactionReport(
             tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
@@ -775,6 +776,15 @@ class Compactor:
         if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return CompactionResult(messages=messages, report=report)
+
+    def _grew(self, plan: Plan, before: Sequence[Message], tokens_after: int) -> bool:
+        """Whether ``tokens_after`` is more than ``before`` holds (with the fixed parts),
+        tokenizing of an input decided from bounds only what that takes."""
+        if plan.exact:
+            return tokens_after > plan.estimate
+        limit = tokens_after - plan.fixed - 1
+        figure, _ = count_within(self.counter, before, limit)
+        return figure <= limit
 
     def _handled_later(
         self, view: list[Message], out: list[Message], outcome: PolicyOutcome,
