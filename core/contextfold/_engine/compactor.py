@@ -532,9 +532,10 @@ class Compactor:
                                  messages_before=len(messages), repairs=repairs)
         self._prefix.remember(messages, view, fixed, counter,
                               tokens=plan.estimate - fixed, exact=plan.exact, valid=valid)
-        if repairs and self._listeners:  # the event's figure is counted for listeners only
-            self._emit(CompactionApplied(self.conversation_id, report, report.tokens_saved, 0,
-                                         False, report.duration))
+        if repairs and self._listeners:  # the event's figure is counted when read
+            self._emit(CompactionApplied(self.conversation_id, report,
+                                         on_read(lambda: report.tokens_saved), 0, False,
+                                         report.duration))
         return CompactionResult(messages=view, report=report)
 
     def _repaired(
@@ -770,8 +771,8 @@ class Compactor:
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
         if changed and self._listeners:  # the event's figures are read for listeners only
             self._emit(CompactionApplied(
-                self.conversation_id, report, report.tokens_saved, len(report.targets),
-                plan.force, report.duration,
+                self.conversation_id, report, on_read(lambda: report.tokens_saved),
+                on_read(lambda: len(report.targets)), plan.force, report.duration,
             ))
         if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
