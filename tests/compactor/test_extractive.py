@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -402,3 +403,12 @@ def test_an_error_is_told_from_the_first_non_blank_line_as_from_the_text(text: s
 
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     assert bool(_ERROR_START.match(first)) == bool(_ERROR_START.match(text))
+
+
+@given(histories(max_turns=4, max_tool_chars=3_000, images=False), st.integers(0, 8))
+def test_leading_identifiers_are_the_first_of_all_of_them(
+    history: list[cf.Message], k: int,
+) -> None:
+    for m in history:
+        fresh, again = dataclasses.replace(m), dataclasses.replace(m)
+        assert identifiers.leading_identifiers(fresh, k) == identifiers.identifiers_of(again)[:k]

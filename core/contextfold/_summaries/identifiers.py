@@ -14,14 +14,16 @@ At any position the more specific kind wins (a URL before the path or id inside 
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 from .._messages.model import Message
 
 __all__ = ["SCAN_CHARS", "extract_identifiers", "head_and_tail", "identifiers_of",
-           "message_identifiers", "scanned_text"]
+           "leading_identifiers", "message_identifiers", "scanned_text"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -107,19 +109,29 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     Scanning the windows with the full pattern finds exactly what a scan of the whole text
     finds.
     """
+    return list(_windows(text))
+
+
+def _windows(text: str) -> Iterator[tuple[int, int]]:
+    """:func:`_candidate_windows`, made as they are read: a window is given once the next
+    one starts after it ends."""
     if len(text) < _WHOLE_SCAN_BELOW:
-        return [(0, len(text))]
-    windows = _key_windows(text)
+        yield 0, len(text)
+        return
     drives = [(at, _line_end(text, at)) for at in _drive_starts(text)]
     if not drives:
-        return windows
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted([*windows, *drives]):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+        yield from _key_windows(text)
+        return
+    start = end = -1
+    for a, b in heapq.merge(_key_windows(text), drives):
+        if start >= 0 and a <= end:
+            end = max(end, b)
+            continue
+        if start >= 0:
+            yield start, end
+        start, end = a, b
+    if start >= 0:
+        yield start, end
 
 
 _DRIVE_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -144,9 +156,8 @@ def _line_end(text: str, start: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _key_windows(text: str) -> list[tuple[int, int]]:
+def _key_windows(text: str) -> Iterator[tuple[int, int]]:
     """The windows of the key characters' tokens (see :func:`_candidate_windows`)."""
-    windows: list[tuple[int, int]] = []
     start = end = -1
     rfind = text.rfind
     for match in _KEY_RUN.finditer(text):
@@ -162,12 +173,11 @@ def _key_windows(text: str) -> list[tuple[int, int]]:
         token = token - _WORD_BEFORE if token > _WORD_BEFORE else 0
         if token > end:
             if end >= 0:
-                windows.append((start, end))
+                yield start, end
             start = token
         end = key_end
     if end >= 0:
-        windows.append((start, end))
-    return windows
+        yield start, end
 
 
 def extract_identifiers(text: str) -> list[str]:
@@ -177,20 +187,27 @@ def extract_identifiers(text: str) -> list[str]:
     (``#KT-9284``, ``ABC-123``) and ids that mix letters and digits (``HAT001``,
     ``mia_li_3668``, UUIDs, hashes) or are long digit runs (``4155550123``).
     """
-    seen: dict[str, None] = {}
+    return list(_distinct(text))
+
+
+def _distinct(text: str) -> Iterator[str]:
+    """:func:`extract_identifiers`, found as they are read (the text is scanned only as far
+    as the values taken)."""
+    seen: set[str] = set()
     scan = _PATTERN.finditer
-    for match in (m for start, end in _candidate_windows(text) for m in scan(text, start, end)):
-        value = match.group()
-        kind = match.lastgroup
-        if kind in ("url", "path"):
-            value = value.rstrip(_TRAILING)
-        if kind == "id" and _NOISE.match(value):
-            continue
-        if kind == "path" and "/" not in value.strip("/") and "\\" not in value:
-            continue  # "/" alone or "/usr": a single segment is too vague to be a path
-        if value and value not in seen:
-            seen[value] = None
-    return list(seen)
+    for start, end in _windows(text):
+        for match in scan(text, start, end):
+            value = match.group()
+            kind = match.lastgroup
+            if kind in ("url", "path"):
+                value = value.rstrip(_TRAILING)
+            if kind == "id" and _NOISE.match(value):
+                continue
+            if kind == "path" and "/" not in value.strip("/") and "\\" not in value:
+                continue  # "/" alone or "/usr": a single segment is too vague to be a path
+            if value and value not in seen:
+                seen.add(value)
+                yield value
 
 
 def message_identifiers(messages: Sequence[Message] | Iterable[Message]) -> list[str]:
@@ -206,6 +223,16 @@ def identifiers_of(message: Message) -> tuple[str, ...]:
     """The identifiers of one message's text and tool-call arguments (computed once per
     message)."""
     return message.derived("identifiers", _identifiers_of)
+
+
+def leading_identifiers(message: Message, k: int) -> tuple[str, ...]:
+    """``identifiers_of(message)[:k]``, scanning the message only as far as its first ``k``
+    identifiers when they are found before its end (a record's field values come after
+    what the patterns find, so fewer found means the whole list is made)."""
+    if message.has_derived("identifiers"):
+        return identifiers_of(message)[:k]
+    found = tuple(islice(_distinct(scanned_text(message)), k))
+    return found if len(found) == k else identifiers_of(message)[:k]
 
 
 def _identifiers_of(message: Message) -> tuple[str, ...]:
