@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.policy import OpaquePart
@@ -139,3 +140,25 @@ def test_a_dataclass_subclass_is_checked_and_frozen_too() -> None:
     assert m.metadata["importance"] == 0.5 and m.tag == "t" and m.id
     with pytest.raises(cf.ConversionError, match="role"):
         Tagged("narrator", "hi")  # type: ignore[arg-type]
+
+
+_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
+
+
+@given(histories(max_turns=3, max_tool_chars=600), _TEXT, st.one_of(st.none(), _TEXT),
+       st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.floats(), _TEXT,
+                                                      st.lists(st.integers(), max_size=3)),
+                       max_size=3))
+def test_the_written_out_payload_is_the_encoders(
+    history: list[cf.Message], text: str, name: str | None, metadata: dict[str, object],
+) -> None:
+    from datetime import datetime, timezone
+
+    from contextfold._messages.model import _CANONICAL_JSON, _canonical, _payload
+
+    made = [cf.Message("user", text, name=name, metadata=metadata,
+                       created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+                       source="broadcast", sender_id=""),
+            cf.Message("tool", text, tool_call_id=text or "x", name=name)]
+    for m in [*history, *made]:
+        assert _payload(m) == _CANONICAL_JSON.encode(_canonical(m))
