@@ -162,3 +162,16 @@ def test_the_written_out_payload_is_the_encoders(
             cf.Message("tool", text, tool_call_id=text or "x", name=name)]
     for m in [*history, *made]:
         assert _payload(m) == _CANONICAL_JSON.encode(_canonical(m))
+
+
+@given(histories(max_turns=3, max_tool_chars=300))
+def test_dropped_targets_are_the_targets_the_dataclass_makes(history: list[cf.Message]) -> None:
+    from contextfold._policies.contract import dropped_targets
+    from contextfold.policy import Target
+
+    sizes = list(range(len(history)))
+    made = dropped_targets(history, range(0, len(history), 2), sizes, "ctx_0123456789ab")
+    assert made == [Target(i, m.role, "dropped", sizes[i], 0,
+                              m.name if m.role == "tool" else None, "ctx_0123456789ab")
+                    for i, m in enumerate(history) if i % 2 == 0]
+    assert all(hash(a) == hash(b) for a, b in zip(made, made, strict=True))

@@ -16,7 +16,7 @@ nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
@@ -40,6 +40,7 @@ __all__ = [
     "SummaryReply",
     "SummaryRequest",
     "Target",
+    "dropped_targets",
     "on_read",
     "resolved",
 ]
@@ -122,6 +123,35 @@ class Target:
     """The tool whose result this was, for tool results."""
     handle: str | None = None
     """A handle to read the original back, when one was made."""
+
+
+def dropped_targets(
+    messages: Sequence[Message], indices: Iterable[int], tokens: Sequence[int],
+    handle: str | None = None,
+) -> list[Target]:
+    """A ``"dropped"`` target for each of ``messages[i]`` in ``indices``, with
+    ``tokens[i]`` as its original size: equal to ``Target(i, m.role, "dropped",
+    tokens[i], 0, m.name if m.role == "tool" else None, handle)``, made without the
+    frozen dataclass's checked ``__init__`` (a long history drops thousands at once)."""
+    new = object.__new__
+    index, role, method, original, fresh, tool, handled = _TARGET_SETTERS
+    out = []
+    for i in indices:
+        m = messages[i]
+        t = new(Target)
+        index(t, i)
+        role(t, m.role)
+        method(t, "dropped")
+        original(t, tokens[i])
+        fresh(t, 0)
+        tool(t, m.name if m.role == "tool" else None)
+        handled(t, handle)
+        out.append(t)
+    return out
+
+
+_TARGET_SETTERS = tuple(getattr(Target, name).__set__ for name in (
+    "index", "role", "method", "original_tokens", "new_tokens", "tool_name", "handle"))
 
 
 @dataclass

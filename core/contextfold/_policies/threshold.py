@@ -70,12 +70,12 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from .._config import Ge, Gt, Le, NonBlank, check_fields
-from .._counting.counters import token_bound
+from .._counting.counters import token_bounds
 from .._lossless.learning import learned_in
 from .._lossless.ledger import LEDGER_SOURCE, Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
-from .._messages.structure import SYSTEM_ROLES, open_loop_call, split_groups
+from .._messages.structure import SYSTEM_ROLES, newest_group, open_loop_call, split_groups
 from ..errors import BudgetExceededError
 from .contract import (
     CompactionContext,
@@ -84,6 +84,7 @@ from .contract import (
     SummaryReply,
     SummaryRequest,
     Target,
+    dropped_targets,
     on_read,
 )
 from .fitting import shrink_message, squeeze
@@ -652,8 +653,8 @@ def protected_at(
             important.add(i)
     if first_user is not None:
         frozen.add(first_user)
-    groups = split_groups(work)
-    newest = set(range(groups[-1].start, groups[-1].end)) if groups else set()
+    group = newest_group(work)
+    newest = set(range(group.start, group.end)) if group is not None else set()
     if level.recent == 0 and newest:  # its last message of each role stays verbatim
         last = {work[i].role: i for i in sorted(newest)}
         frozen.update(last.values())
@@ -669,12 +670,14 @@ def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
     counter = context.counter
     count = counter.count_message
     out = list(plan.strip_targets)
-    span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
+    dropped = sorted(plan.dropped)
+    span = handle_for(plan.work[i] for i in dropped) if dropped else None
+    bounds = token_bounds(counter, plan.work) if dropped else []
+    gone = iter(dropped_targets(plan.work, dropped, bounds, span))
     for i in sorted(set(plan.chosen) | plan.dropped):
         m = plan.work[i]
         if i in plan.dropped:
-            out.append(Target(i, m.role, "dropped", token_bound(counter, m), 0,
-                              m.name if m.role == "tool" else None, span))
+            out.append(next(gone))
             continue
         out.append(Target(
             index=i, role=m.role, method="truncated", original_tokens=count(m),
@@ -725,8 +728,8 @@ def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
 def fold_blocks(plan: Plan, context: CompactionContext) -> int:
     """Drop the summaries earlier passes wrote (outside the newest group), so that a
     consolidating pass summarizes them again into one; the tokens this saves."""
-    groups = split_groups(plan.work)
-    newest = groups[-1].start if groups else len(plan.work)
+    last = newest_group(plan.work)
+    newest = last.start if last is not None else len(plan.work)
     blocks = [i for i in range(newest) if is_block(plan.work[i])
               and plan.work[i].source == "summary" and not plan.work[i].is_pinned]
     plan.dropped.update(blocks)
