@@ -27,7 +27,6 @@ import json
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Annotated, Any
 
 from .._config import Ge, Gt, Le, check_fields
@@ -93,7 +92,7 @@ class Ledger:
         return min(max(int(budget * self.share), self.min_tokens), budget // 4)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     key: str
     text: str | Line  # a new entry's is made when read: most are shed unread
@@ -233,10 +232,10 @@ def _new_entries(
                 j = results.get(call.id)
                 found = leading_identifiers(messages[j], ledger.identifiers) \
                     if j is not None else ()
-                text = Line(partial(_call_line, call.name, call.arguments, found, ledger))
+                text = Line(_call_line, call.name, call.arguments, found, ledger)
                 out.append(_Entry(f"call:{call.name}:{call.arguments}", text,
                                   handles.get(j, handles[i]) if j is not None else handles[i],
-                                  values=tuple(found)))
+                                  values=found))
         elif m.role == "tool":
             call_index = next((k for k in range(i - 1, -1, -1)
                                if any(c.id == m.tool_call_id for c in messages[k].tool_calls)),
@@ -245,11 +244,11 @@ def _new_entries(
                 continue  # recorded with its call
             found = leading_identifiers(m, ledger.identifiers)
             out.append(_Entry(f"result:{m.tool_call_id}:{m.fingerprint}",
-                              Line(partial(_result_line, m, found)), handles[i],
-                              values=tuple(found)))
+                              Line(_result_line, m, found), handles[i],
+                              values=found))
         elif m.role == "user" and m.source not in ("nudge", "summary", LEDGER_SOURCE):
             out.append(_Entry(f"user:{m.fingerprint}",
-                              Line(partial(_user_line, m.text, ledger.chars)), handles[i]))
+                              Line(_user_line, m.text, ledger.chars), handles[i]))
         elif m.role == "assistant":
             for sentence in _decisions(m.text, ledger.chars):
                 out.append(_Entry(f"decision:{sentence}", "decided: " + sentence, handles[i]))

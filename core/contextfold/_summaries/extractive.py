@@ -137,20 +137,15 @@ class ExtractiveSummarizer:
         (flagged, or whose first non-blank line starts like an error)."""
         name = call[0] if call else (result.name or "tool")
         arguments = call[1] if call and call[1] != "{}" else None
-        limit = self.step_chars
         if result.is_error or _ERROR_START.match(result.text):
-            s.errors.append(Line(lambda: f"- {name}{_args(arguments, limit)}: "
-                                         f"{short(result.text, limit)}"))
+            s.errors.append(Line(_error_line, name, arguments, result, self.step_chars))
             return
-        s.progress.append(Line(lambda: f"{name}{_args(arguments, limit)} \u2192 "
-                                       f"{short(result.text, limit) or '(no output)'}"))
+        s.progress.append(Line(_step_line, name, arguments, result, self.step_chars))
 
     def _exchange(self, request: Message, answer: Message) -> Line:
         """A request answered without tools, a completed step of a plain chat: what the
         user said (often the facts later turns need) and the head of the answer."""
-        limit = self.step_chars
-        return Line(lambda: f"asked: {short(request.text, limit)} \u2192 "
-                            f"{short(answer.text, limit // 2)}")
+        return Line(_exchange_line, request, answer, self.step_chars)
 
     def _remaining(
         self, s: Sections, messages: Sequence[Message], last: int | None, steps: int,
@@ -220,3 +215,15 @@ class ExtractiveSummarizer:
 
 def _args(arguments: str | None, limit: int) -> str:
     return f"({short(arguments, limit // 2)})" if arguments is not None else ""
+
+
+def _step_line(name: str, arguments: str | None, result: Message, limit: int) -> str:
+    return f"{name}{_args(arguments, limit)} \u2192 {short(result.text, limit) or '(no output)'}"
+
+
+def _error_line(name: str, arguments: str | None, result: Message, limit: int) -> str:
+    return f"- {name}{_args(arguments, limit)}: {short(result.text, limit)}"
+
+
+def _exchange_line(request: Message, answer: Message, limit: int) -> str:
+    return f"asked: {short(request.text, limit)} \u2192 {short(answer.text, limit // 2)}"

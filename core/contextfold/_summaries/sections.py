@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 from .._counting.counters import TokenCounter, head_over
 from .._messages.model import Message
@@ -48,17 +49,18 @@ def short(text: str, limit: int) -> str:
 
 
 class Line:
-    """A line of a section, made when first read (``str(line)``)."""
+    """A line of a section, ``make(*args)`` when first read (``str(line)``)."""
 
-    __slots__ = ("_make", "_text")
+    __slots__ = ("_args", "_make", "_text")
 
-    def __init__(self, make: Callable[[], str]) -> None:
-        self._make: Callable[[], str] | None = make
+    def __init__(self, make: Callable[..., str], *args: Any) -> None:
+        self._make: Callable[..., str] | None = make
+        self._args = args
         self._text = ""
 
     def __str__(self) -> str:
         if self._make is not None:
-            self._text, self._make = self._make(), None
+            self._text, self._make, self._args = self._make(*self._args), None, ()
         return self._text
 
 
