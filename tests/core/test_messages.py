@@ -175,3 +175,13 @@ def test_dropped_targets_are_the_targets_the_dataclass_makes(history: list[cf.Me
                               m.name if m.role == "tool" else None, "ctx_0123456789ab")
                     for i, m in enumerate(history) if i % 2 == 0]
     assert all(hash(a) == hash(b) for a, b in zip(made, made, strict=True))
+
+
+def test_a_new_id_is_a_uuid4_in_hex() -> None:
+    import uuid
+
+    ids = {cf.Message("user", "hi").id for _ in range(500)}
+    assert len(ids) == 500
+    for made in ids:
+        parsed = uuid.UUID(hex=made)
+        assert parsed.hex == made and parsed.version == 4 and parsed.variant == uuid.RFC_4122

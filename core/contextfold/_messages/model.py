@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
@@ -126,7 +126,15 @@ class ToolCall:
 
 
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    """``uuid.uuid4().hex`` without the ``UUID`` object: 16 random bytes with the version
+    (4) and variant (RFC 4122) bits ``uuid.UUID(bytes=..., version=4)`` sets."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & _VERSION_BITS) | _VERSION_4
+    return f"{n:032x}"
+
+
+_VERSION_BITS = ~(0xF000 << 64) & ~(0xC000 << 48)
+_VERSION_4 = (0x4000 << 64) | (0x8000 << 48)
 
 
 class _NewId(str):
