@@ -210,7 +210,7 @@ class Fitting:
 
     def __init__(self, s: Sections, max_tokens: int, counter: TokenCounter | None) -> None:
         self.s, self.max_tokens, self.counter = s, max_tokens, counter
-        self.cap = max(4096, 8 * max_tokens)  # characters made before a first look
+        self.cap = max(2048, 5 * max_tokens)  # characters made before a first look
         self.long_items = [i for i, item in enumerate(s.remaining) if len(item) > TASK_CHARS]
 
     def text(self) -> str:
