@@ -412,3 +412,15 @@ def test_leading_identifiers_are_the_first_of_all_of_them(
     for m in history:
         fresh, again = dataclasses.replace(m), dataclasses.replace(m)
         assert identifiers.leading_identifiers(fresh, k) == identifiers.identifiers_of(again)[:k]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=0, max_size=120),
+       st.lists(st.sampled_from([" ", "", "\n", "-", "_", "x", "US"]), min_size=1, max_size=3))
+def test_the_pattern_finds_what_every_alternative_at_every_position_finds(
+    words: list[str], separators: list[str],
+) -> None:
+    # The pattern skips positions inside a word; the alternatives alone try them all.
+    text = "".join(w + separators[i % len(separators)] for i, w in enumerate(words))
+    plain = re.compile(identifiers._ALTERNATIVES)
+    assert [(m.span(), m.lastgroup) for m in identifiers._PATTERN.finditer(text)] == \
+        [(m.span(), m.lastgroup) for m in plain.finditer(text)]
