@@ -10,6 +10,11 @@ same token budget, in the same process.
 * "next call": the history an agent loop sends on its next call (the previous call's
   messages plus a new user message). contextfold's counts are cached on the messages;
   ``trim_messages`` has no cache and counts again, so its figure is the same as cold.
+
+Every figure is the fastest of several runs (``run.best_of``: garbage collected before each
+run, the collector paused during it), the same number for both sides of a ratio, at least
+``MIN_RUNS`` even with ``--quick``: one run of each is a draw of the noise of a shared
+machine, not a ratio.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import contextfold as cf
 
 SIZES = (1_000, 10_000, 50_000)
 QUICK_SIZES = (1_000, 10_000)
+MIN_RUNS = 3
+"""The fewest runs a figure is the best of."""
 BUDGET = cf.Budget(context_window=32_000, output_reserve=4_000)
 """28,000 input tokens: every history size is over it (a 1k history is ~70k tokens)."""
 
@@ -72,17 +79,18 @@ def rows_for(n: int, repeat: int) -> list[dict[str, Any]]:
     def renew() -> None:  # fresh objects: nothing cached (only the last list is kept)
         current[0] = fresh(base)
 
-    cold = best_of(lambda: ours(current[0], counter, "oldest_first"), max(1, repeat // 2), renew)
+    runs = max(MIN_RUNS, repeat)
+    cold = best_of(lambda: ours(current[0], counter, "oldest_first"), runs, renew)
     warm_base = current[0]
 
     def grow() -> None:  # an agent loop: the previous call's list plus one new message
         current[0] = [*current[0], dataclasses.replace(extra)]
 
     warm = {
-        strategy: best_of(lambda s=strategy: ours(current[0], counter, s), repeat * 2, grow)
+        strategy: best_of(lambda s=strategy: ours(current[0], counter, s), runs * 2, grow)
         for strategy in ("oldest_first", "middle_out")
     }
-    peer = best_of(lambda: trim(lc, lc_count), repeat=max(1, repeat // 2))
+    peer = best_of(lambda: trim(lc, lc_count), runs)
 
     kept_ours = ours(warm_base, counter, "oldest_first")
     kept_peer = trim(lc, lc_count)
@@ -97,14 +105,14 @@ def rows_for(n: int, repeat: int) -> list[dict[str, Any]]:
             "ours": cold,
             "peer": peer,
             "unit": "ms",
-            "notes": f"vs trim_messages({enc} counter); {fit}",
+            "notes": f"vs trim_messages({enc} counter), best of {runs} each; {fit}",
         },
         {
             "name": f"truncate {label}, next call",
             "ours": warm["oldest_first"],
             "peer": peer,
             "unit": "ms",
-            "notes": "oldest_first vs trim_messages (no cache)",
+            "notes": f"oldest_first vs trim_messages (no cache), best of {runs * 2} / {runs}",
         },
         {
             "name": f"truncate {label}, next call, middle_out",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
@@ -43,6 +43,7 @@ from ._policies.contract import (
     PolicyOutcome,
     SummaryReply,
     SummaryRequest,
+    resolved,
 )
 from ._summaries.summarizer import ScriptedSummarizer
 from .errors import MissingExtraError
@@ -524,6 +525,9 @@ def run_policy(
             request = run.send(_answer(reply, request))
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
+        details = resolved(outcome.details)  # figures the policy left to be counted when read
+        if details is not outcome.details:
+            outcome = replace(outcome, details=details)
         return outcome, requests
 
 

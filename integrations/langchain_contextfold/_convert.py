@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from langchain_core.messages import (
@@ -118,7 +120,7 @@ def message_to_core(message: BaseMessage, *, index: int | None = None) -> Messag
         section = _source_section(kwargs.get(SOURCE_KEY), index)
         if section.get("metadata"):
             metadata.update(section["metadata"])
-    metadata[LANGCHAIN_KEY] = extras
+    metadata[LANGCHAIN_KEY] = extras  # (read-only from here: the message keeps it as is)
     created_at = section.get("created_at")
     if created_at is not None:
         created_at = _parse_time(created_at, index)
@@ -133,7 +135,7 @@ def message_to_core(message: BaseMessage, *, index: int | None = None) -> Messag
             section.get("source"),
             section.get("sender_id"),
             created_at,
-            metadata,
+            MappingProxyType(metadata),
             *(() if message.id is None else (message.id,)),
         )
     except ConversionError as exc:  # name the position (as ``at_index`` does)
@@ -152,6 +154,17 @@ _ROLE_BY_CLASS: dict[type, str] = {
 types: subclasses and ``ChatMessage`` go through ``_role_of``)."""
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 """``json.dumps(args, ensure_ascii=False)``, without building an encoder per call."""
+
+
+def _arguments_text(args: Any) -> str:
+    """``_ARGUMENTS.encode(args)``: the C encoder ``encode`` would make (with a new
+    circular-reference memo, as ``encode`` makes one), called at once, without the
+    ``JSONEncoder`` methods around it."""
+    if c_make_encoder is None:  # pragma: no cover - a Python without the C accelerator
+        return _ARGUMENTS.encode(args)
+    encode = c_make_encoder({}, _ARGUMENTS.default, encode_basestring, None, ": ", ", ",
+                            False, False, True)
+    return "".join(encode(args, 0))
 
 
 def _common_extras(message: BaseMessage, role: str) -> dict[str, Any]:
@@ -220,7 +233,7 @@ def _calls_in(message: AIMessage, index: int | None) -> tuple[ToolCall, ...]:
     calls = []
     for k, call in enumerate(message.tool_calls):
         try:
-            arguments = _ARGUMENTS.encode(call["args"])
+            arguments = _arguments_text(call["args"])
         except (TypeError, ValueError) as exc:
             raise ConversionError(f"tool call arguments are not JSON: {exc}", index=index,
                                   field=f"tool_calls[{k}].args") from exc
@@ -305,7 +318,7 @@ def _image_in(block: Mapping[str, Any]) -> ImagePart | None:
 def _source_section(section: Any, index: int | None) -> Mapping[str, Any]:
     if section is None:
         return {}
-    if not isinstance(section, Mapping):
+    if section.__class__ is not dict and not isinstance(section, Mapping):  # (an ABC check)
         raise ConversionError(
             f"additional_kwargs[{SOURCE_KEY!r}] must be a mapping, got {type(section).__name__}",
             index=index, field=f"additional_kwargs.{SOURCE_KEY}",

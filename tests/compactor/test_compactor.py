@@ -3,6 +3,7 @@ hysteresis, forced compaction, events, failure safety and the persisted summary 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import replace
 from itertools import pairwise
@@ -324,7 +325,10 @@ def test_a_summarizer_that_always_fails_never_loses_history(
     failing = ScriptedSummarizer(default=lambda r: (_ for _ in ()).throw(TimeoutError("down")))
     store = _SpyStore()
     history = generate_history(9, turns=12, tool_chars=600)
-    compactor = cf.Compactor(FoldPolicy(), BUDGET, counter=counter, summarizer=failing,
+    # Nothing prepared ahead: a compaction a background thread prepares and a later call
+    # discards still calls the summarizer, whenever its thread gets to it.
+    budget = dataclasses.replace(BUDGET, prepare=None)
+    compactor = cf.Compactor(FoldPolicy(), budget, counter=counter, summarizer=failing,
                              store=store, retry=NO_WAIT, on_summary_failure=mode)
     folds = 0
     for n in call_points(history):
@@ -573,3 +577,25 @@ def test_defective_histories_at_every_length_are_repaired_like_from_scratch(
         assert scratch is not None, "the compactor passed where a from-scratch pass fails"
         assert_valid_within(scratch.messages, SMALL, counter)
         assert_valid_within(result.messages, SMALL, counter)
+
+
+def test_an_events_figures_are_read_from_its_report_when_read(
+    counter: cf.TokenCounter,
+) -> None:
+    from unittest import mock
+
+    from contextfold import _telemetry
+
+    events: list[Any] = []
+    history = [dataclasses.replace(m) for m in generate_history(6, turns=120, tool_chars=400)]
+    compactor = cf.Compactor(cf.ThresholdPolicy(), cf.Budget(context_window=8_000),
+                             counter=counter, listeners=[events.append])
+    # (a tracer or meter provider an earlier test set would read the report's figures)
+    with mock.patch.object(_telemetry.CompactionSpan, "record", lambda self, report: None):
+        result = compactor.compact(history)
+    applied = next(e for e in events if isinstance(e, cf.CompactionApplied))
+    key = "tokens:" + counter.name
+    assert not all(m.has_derived(key) for m in history)  # nothing read yet: not all counted
+    assert applied.targets_count == len(result.report.targets) > 0
+    assert applied.tokens_saved == result.report.tokens_saved
+    assert result.report.tokens_before == counter.count_messages(history)

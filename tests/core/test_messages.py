@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.policy import OpaquePart
@@ -139,3 +140,48 @@ def test_a_dataclass_subclass_is_checked_and_frozen_too() -> None:
     assert m.metadata["importance"] == 0.5 and m.tag == "t" and m.id
     with pytest.raises(cf.ConversionError, match="role"):
         Tagged("narrator", "hi")  # type: ignore[arg-type]
+
+
+_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
+
+
+@given(histories(max_turns=3, max_tool_chars=600), _TEXT, st.one_of(st.none(), _TEXT),
+       st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.floats(), _TEXT,
+                                                      st.lists(st.integers(), max_size=3)),
+                       max_size=3))
+def test_the_written_out_payload_is_the_encoders(
+    history: list[cf.Message], text: str, name: str | None, metadata: dict[str, object],
+) -> None:
+    from datetime import datetime, timezone
+
+    from contextfold._messages.model import _CANONICAL_JSON, _canonical, _payload
+
+    made = [cf.Message("user", text, name=name, metadata=metadata,
+                       created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+                       source="broadcast", sender_id=""),
+            cf.Message("tool", text, tool_call_id=text or "x", name=name)]
+    for m in [*history, *made]:
+        assert _payload(m) == _CANONICAL_JSON.encode(_canonical(m))
+
+
+@given(histories(max_turns=3, max_tool_chars=300))
+def test_dropped_targets_are_the_targets_the_dataclass_makes(history: list[cf.Message]) -> None:
+    from contextfold._policies.contract import dropped_targets
+    from contextfold.policy import Target
+
+    sizes = list(range(len(history)))
+    made = dropped_targets(history, range(0, len(history), 2), sizes, "ctx_0123456789ab")
+    assert made == [Target(i, m.role, "dropped", sizes[i], 0,
+                              m.name if m.role == "tool" else None, "ctx_0123456789ab")
+                    for i, m in enumerate(history) if i % 2 == 0]
+    assert all(hash(a) == hash(b) for a, b in zip(made, made, strict=True))
+
+
+def test_a_new_id_is_a_uuid4_in_hex() -> None:
+    import uuid
+
+    ids = {cf.Message("user", "hi").id for _ in range(500)}
+    assert len(ids) == 500
+    for made in ids:
+        parsed = uuid.UUID(hex=made)
+        assert parsed.hex == made and parsed.version == 4 and parsed.variant == uuid.RFC_4122

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._messages.structure import is_prompt, leading_system_count
@@ -94,3 +95,14 @@ def test_structure_of_imperfect_histories_still_partitions(history: list[cf.Mess
     assert [m for g in groups for m in g.messages] == history
     turns = split_turns(history)
     assert sum(t.end - t.start for t in turns) == len(history) - leading_system_count(history)
+
+
+@given(histories(max_turns=4, max_tool_chars=200, images=False, imperfect=True),
+       st.integers(0, 6))
+def test_the_newest_group_is_the_last_of_split_groups(
+    history: list[cf.Message], start: int,
+) -> None:
+    from contextfold._messages.structure import newest_group
+
+    groups = split_groups(history, start)
+    assert newest_group(history, start) == (groups[-1] if groups else None)

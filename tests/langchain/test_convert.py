@@ -205,3 +205,30 @@ def test_non_messages_and_bad_sections_are_refused() -> None:
     with pytest.raises(cf.ConversionError) as info:
         to_core([HumanMessage("x", additional_kwargs={"contextfold": {"created_at": "nope"}})])
     assert "created_at" in str(info.value)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                               max_size=3),
+    max_leaves=8)
+
+
+@given(_JSON)
+def test_call_arguments_are_encoded_as_the_json_encoder_does(value: object) -> None:
+    from langchain_contextfold import _convert
+
+    assert _convert._arguments_text(value) == _convert._ARGUMENTS.encode(value)
+
+
+def test_call_arguments_that_are_not_json_fail_as_the_encoder_does() -> None:
+    from langchain_contextfold import _convert
+
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    for bad in ({"when": object()}, loop):
+        with pytest.raises((TypeError, ValueError)) as ours:
+            _convert._arguments_text(bad)
+        with pytest.raises((TypeError, ValueError)) as theirs:
+            _convert._ARGUMENTS.encode(bad)
+        assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)

@@ -374,3 +374,46 @@ def test_the_model_can_ask_the_memory_for_a_compaction_with_a_focus() -> None:
     assert [("what question 2 asked" in r.instructions) for r in summarizer.requests] == [True]
     with pytest.raises(ConfigurationError):
         compact_context_tool_for(object())
+
+
+def test_a_first_get_counts_only_what_it_keeps_unless_an_event_handler_listens() -> None:
+    from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    from llama_index.memory.contextfold._instrumentation import CompactionAppliedEvent
+
+    class Collector(BaseEventHandler):
+        events: list[Any]
+
+        @classmethod
+        def class_name(cls) -> str:
+            return "Collector"
+
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            self.events.append(event)
+
+    from unittest import mock
+
+    from contextfold import _telemetry
+
+    history = [m for i in range(200) for m in _tool_round(i, size=20)]
+    key = "tokens:" + COUNTER.name
+    memory = _memory(chat_history=[ChatMessage(role="user", content="go"), *history])
+    # (a tracer or meter provider an earlier test set would read the report's figures)
+    with mock.patch.object(_telemetry.CompactionSpan, "record", lambda self, report: None):
+        _assert_view(memory.get())
+    stored = memory._loaded()
+    assert sum(m.has_derived(key) for m in stored) < len(stored) // 4  # the view and a bit
+    collector = Collector(events=[])
+    root = get_dispatcher()
+    root.add_event_handler(collector)
+    try:
+        listened = _memory(chat_history=[ChatMessage(role="user", content="go"), *history])
+        listened.get()
+    finally:
+        root.event_handlers.remove(collector)
+    applied = [e for e in collector.events if isinstance(e, CompactionAppliedEvent)]
+    assert len(applied) == 1
+    report = applied[0].report
+    assert report["tokens_before"] == COUNTER.count_messages(listened._loaded())
+    assert applied[0].tokens_saved == report["tokens_before"] - report["tokens_after"] > 0

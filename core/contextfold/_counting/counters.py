@@ -54,6 +54,7 @@ __all__ = [
     "count_within",
     "counter_for_model",
     "encoding_for_model",
+    "head_over",
     "text_over",
     "token_bound",
     "token_bounds",
@@ -609,6 +610,26 @@ def text_over(counter: TokenCounter, text: str, limit: int) -> int | None:
     if head <= limit:
         return None
     return max(head, head * len(text) // max(cut.start(), 1))
+
+
+def head_over(counter: TokenCounter, text: str, limit: int) -> bool:
+    """True when the start of ``text`` alone already counts over ``limit``, so that
+    ``text`` and every text that starts with it do too; False when that does not show.
+
+    For a counter whose count of a text cut where no token spans the cut is the sum of the
+    pieces' (tiktoken's byte-level encodings, their approximations) the prefix up to the
+    last such cut is counted; an :class:`EstimatingCounter` counts ``text`` itself (its
+    count never shrinks as a text grows). Other counters are never decided this way."""
+    if isinstance(counter, EstimatingCounter):
+        return counter.count_text(text) > limit
+    if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:
+        return False
+    cut, end, step = 0, len(text), 4096
+    while not cut and end > 0:  # the last safe cut, looked for from the end
+        start = max(0, end - step)
+        cut = max((m.start() for m in _SAFE_CUT.finditer(text, start, end)), default=0)
+        end, step = start + 1, step * 4
+    return cut > 0 and counter.count_text(text[:cut]) > limit
 
 
 def count_within(

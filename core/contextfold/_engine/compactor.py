@@ -532,9 +532,10 @@ class Compactor:
                                  messages_before=len(messages), repairs=repairs)
         self._prefix.remember(messages, view, fixed, counter,
                               tokens=plan.estimate - fixed, exact=plan.exact, valid=valid)
-        if repairs and self._listeners:  # the event's figure is counted for listeners only
-            self._emit(CompactionApplied(self.conversation_id, report, report.tokens_saved, 0,
-                                         False, report.duration))
+        if repairs and self._listeners:  # the event's figure is counted when read
+            self._emit(CompactionApplied(self.conversation_id, report,
+                                         on_read(lambda: report.tokens_saved), 0, False,
+                                         report.duration))
         return CompactionResult(messages=view, report=report)
 
     def _repaired(
@@ -707,7 +708,7 @@ class Compactor:
             t.method in _TAKEN_OUT for t in outcome.targets)
         if (out is not view and not plan.force and compacted
                 and not (not plan.exact and _kept_only(out, view))
-                and tokens_after > before()):
+                and self._grew(plan, snapshot, tokens_after)):
             # (An output made only of the input's own messages cannot be larger than it
             # under a counter whose totals are sums, the only kind that gives bounds: the
             # input is not counted for this.)
@@ -746,8 +747,9 @@ class Compactor:
             details = {**outcome.details, **figures,
                        **self._keep_originals(view, targets, blocks, settled),
                        "usage": usage, "cached_prefix": cached}
-            if not plan.exact:  # counted when read: the call did not need them
-                targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
+            # Counted when read: a policy may give a bound for what it dropped uncounted
+            # (the call did not need them, or a repair made them).
+            targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
         report = CompactionReport(
             tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
@@ -769,12 +771,21 @@ class Compactor:
             self._stalled = None if shrunk else (report.tokens_before, report.tokens_after)
         if changed and self._listeners:  # the event's figures are read for listeners only
             self._emit(CompactionApplied(
-                self.conversation_id, report, report.tokens_saved, len(report.targets),
-                plan.force, report.duration,
+                self.conversation_id, report, on_read(lambda: report.tokens_saved),
+                on_read(lambda: len(report.targets)), plan.force, report.duration,
             ))
         if self._state.idle and not plan.was_idle:
             self._emit(ConversationIdle(self.conversation_id, self._state.idle_reason or "idle"))
         return CompactionResult(messages=messages, report=report)
+
+    def _grew(self, plan: Plan, before: Sequence[Message], tokens_after: int) -> bool:
+        """Whether ``tokens_after`` is more than ``before`` holds (with the fixed parts),
+        tokenizing of an input decided from bounds only what that takes."""
+        if plan.exact:
+            return tokens_after > plan.estimate
+        limit = tokens_after - plan.fixed - 1
+        figure, _ = count_within(self.counter, before, limit)
+        return figure <= limit
 
     def _handled_later(
         self, view: list[Message], out: list[Message], outcome: PolicyOutcome,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Union
 
-from .result import CompactionReport
+from .result import CompactionReport, _ReadOnce
 
 __all__ = [
     "CompactionApplied",
@@ -40,9 +40,14 @@ class CompactionStarted:
     """True on the overflow-retry path (``force=True``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CompactionApplied:
-    """Compaction changed the messages (the threshold design's compaction card)."""
+    """Compaction changed the messages (the threshold design's compaction card).
+
+    ``tokens_saved`` and ``targets_count`` are read from the report when the Compactor
+    left its figures to be counted when first read (see
+    :class:`~contextfold.CompactionReport`): a listener that never reads them costs
+    nothing."""
 
     conversation_id: str | None
     """The conversation, when the compactor has an id."""
@@ -56,6 +61,10 @@ class CompactionApplied:
     """True on the overflow-retry path."""
     duration: float
     """Wall-clock seconds of the pass."""
+
+
+for _name in ("tokens_saved", "targets_count"):
+    setattr(CompactionApplied, _name, _ReadOnce(_name))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,37 +11,20 @@ not).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from functools import partial
+from typing import Any
 
 from .._messages.model import Message
-from .._policies.contract import Target
+from .._policies.contract import Target, _Later, on_read, resolved
 
 __all__ = ["CompactionReport", "CompactionResult", "on_read"]
-
-T = TypeVar("T")
-
-
-class _Later:
-    """A figure computed on first read (see :func:`on_read`)."""
-
-    __slots__ = ("compute",)
-
-    def __init__(self, compute: Callable[[], Any]) -> None:
-        self.compute = compute
-
-
-def on_read(compute: Callable[[], T]) -> T:
-    """A report figure computed by ``compute`` when first read (then kept), for the fields
-    of :class:`CompactionReport` that say so: ``tokens_before``, ``tokens_after``,
-    ``targets`` and ``details``."""
-    return cast(T, _Later(compute))
 
 
 class _ReadOnce:
     """A data descriptor holding a field's value in the instance dict; a :class:`_Later`
-    value is computed on the first read and replaced by its result."""
+    value is computed on the first read and replaced by its result. Details holding
+    :func:`on_read` figures (a policy's) are computed whole on their first read."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -51,10 +34,15 @@ class _ReadOnce:
             raise AttributeError(self.name)  # no class-level default
         value = obj.__dict__[self.name]
         if isinstance(value, _Later):
-            value = obj.__dict__[self.name] = value.compute()
+            value = value.compute()
+            if self.name == "details":
+                value = resolved(value)
+            obj.__dict__[self.name] = value
         return value
 
     def __set__(self, obj: Any, value: Any) -> None:
+        if isinstance(value, dict) and resolved(value, compute=False) is not value:
+            value = on_read(partial(resolved, value))
         obj.__dict__[self.name] = value
 
 

@@ -38,7 +38,13 @@ from .._policies.contract import (
     PolicyRun,
     Target,
 )
-from .._summaries.identifiers import extract_identifiers, field_values, identifiers_of
+from .._summaries.identifiers import (
+    extract_identifiers,
+    field_values,
+    identifiers_of,
+    leading_identifiers,
+)
+from .._summaries.sections import Line
 from ..errors import BudgetExceededError
 
 __all__ = [
@@ -86,10 +92,10 @@ class Ledger:
         return min(max(int(budget * self.share), self.min_tokens), budget // 4)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     key: str
-    text: str
+    text: str | Line  # a new entry's is made when read: most are shed unread
     handle: str | None
     uses: int = 0
     values: tuple[str, ...] = ()  # the identifiers it records
@@ -98,7 +104,8 @@ class _Entry:
         return f"- {self.text}" + (f" [{self.handle}]" if self.handle else "")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "text": self.text, "handle": self.handle, "uses": self.uses,
+        return {"key": self.key, "text": str(self.text), "handle": self.handle,
+                "uses": self.uses,
                 "values": list(self.values)}
 
 
@@ -156,8 +163,9 @@ def run_with_ledger(
     if outcome.messages is rest:
         return PolicyOutcome(messages=messages, method=outcome.method, notes=outcome.notes,
                              details=outcome.details)
-    targets = tuple(replace(t, index=positions[t.index] if 0 <= t.index < len(positions)
-                            else t.index) for t in outcome.targets)
+    targets = outcome.targets if not previous else tuple(
+        replace(t, index=positions[t.index] if 0 <= t.index < len(positions) else t.index)
+        for t in outcome.targets)
     out = list(outcome.messages)
     from .handles import with_handles  # handles skip ledgers: it imports this module
 
@@ -222,30 +230,25 @@ def _new_entries(
         if m.role == "assistant" and m.tool_calls:
             for call in m.tool_calls:
                 j = results.get(call.id)
-                found = identifiers_of(messages[j])[: ledger.identifiers] if j is not None \
-                    else ()
-                text = _call_text(call.name, call.arguments, ledger)
-                if found:
-                    text += " -> " + ", ".join(found)
+                found = leading_identifiers(messages[j], ledger.identifiers) \
+                    if j is not None else ()
+                text = Line(_call_line, call.name, call.arguments, found, ledger)
                 out.append(_Entry(f"call:{call.name}:{call.arguments}", text,
                                   handles.get(j, handles[i]) if j is not None else handles[i],
-                                  values=tuple(found)))
+                                  values=found))
         elif m.role == "tool":
             call_index = next((k for k in range(i - 1, -1, -1)
                                if any(c.id == m.tool_call_id for c in messages[k].tool_calls)),
                               None)
             if call_index is not None and call_index in handles:
                 continue  # recorded with its call
-            found = identifiers_of(m)[: ledger.identifiers]
-            name = m.name or "tool"
-            status = "error: " if m.is_error else ""
-            text = f"{name} result: {status}" + (", ".join(found) if found
-                                                 else _short(m.text, 60))
-            out.append(_Entry(f"result:{m.tool_call_id}:{m.fingerprint}", text, handles[i],
-                              values=tuple(found)))
+            found = leading_identifiers(m, ledger.identifiers)
+            out.append(_Entry(f"result:{m.tool_call_id}:{m.fingerprint}",
+                              Line(_result_line, m, found), handles[i],
+                              values=found))
         elif m.role == "user" and m.source not in ("nudge", "summary", LEDGER_SOURCE):
-            out.append(_Entry(f"user:{m.fingerprint}", "user: " + _short(m.text, ledger.chars),
-                              handles[i]))
+            out.append(_Entry(f"user:{m.fingerprint}",
+                              Line(_user_line, m.text, ledger.chars), handles[i]))
         elif m.role == "assistant":
             for sentence in _decisions(m.text, ledger.chars):
                 out.append(_Entry(f"decision:{sentence}", "decided: " + sentence, handles[i]))
@@ -277,18 +280,21 @@ def _fit(
     first among equals; what this pass just took out, ``fresh``, after every earlier entry:
     it has had no chance to be used yet, and is what the next steps most likely need);
     ``None`` when there is nothing to record or no room at all. Lines are counted once
-    each; the message is counted once it should fit."""
+    each, from the last to be shed, only until they fill the room (the first entries shed
+    are the ones whose lines did not fit beside those); the message is counted once it
+    should fit."""
     if not entries or room <= 0:
         return None, 0
     count = context.counter.count_text
-    sizes = [count(e.line()) + 1 for e in entries]
     frame = context.counter.count_message(_message([], 1))
     order = sorted(range(len(entries)),
                    key=lambda k: (entries[k].key in fresh, entries[k].uses, k))
-    total, shed = frame + sum(sizes), 0
-    while shed < len(entries) and total > room:
-        total -= sizes[order[shed]]
-        shed += 1
+    total, shed = frame, len(entries)
+    while shed:
+        size = count(entries[order[shed - 1]].line()) + 1
+        if total + size > room:
+            break
+        total, shed = total + size, shed - 1
     while shed < len(entries):
         dropped = set(order[:shed])
         message = _message([e for k, e in enumerate(entries) if k not in dropped], shed)
@@ -333,6 +339,21 @@ def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = N
         groups = split_groups(out, leading_system_count(out))
         at = groups[-1].start if groups else len(out)
     return [*out[:at], ledger, *out[at:]]
+
+
+def _call_line(name: str, arguments: str, found: Sequence[str], ledger: Ledger) -> str:
+    text = _call_text(name, arguments, ledger)
+    return f"{text} -> {', '.join(found)}" if found else text
+
+
+def _result_line(m: Message, found: Sequence[str]) -> str:
+    status = "error: " if m.is_error else ""
+    return f"{m.name or 'tool'} result: {status}" + (", ".join(found) if found
+                                                      else _short(m.text, 60))
+
+
+def _user_line(text: str, chars: int) -> str:
+    return "user: " + _short(text, chars)
 
 
 def _call_text(name: str, arguments: str, ledger: Ledger) -> str:

@@ -19,6 +19,7 @@ __all__ = [
     "Turn",
     "is_prompt",
     "leading_system_count",
+    "newest_group",
     "open_loop_call",
     "split_groups",
     "split_turns",
@@ -116,6 +117,22 @@ def split_groups(messages: Sequence[Message], start: int = 0) -> list[Group]:
         groups.append(Group(i, j, tuple(messages[i:j])))
         i = j
     return groups
+
+
+def newest_group(messages: Sequence[Message], start: int = 0) -> Group | None:
+    """``split_groups(messages, start)[-1]`` (``None`` when there is none), read from the
+    end: the trailing tool results and the call before them when it has tool calls, else
+    the last message alone."""
+    n = len(messages)
+    if n <= start:
+        return None
+    i = n - 1
+    while i > start and messages[i].role == "tool":
+        i -= 1
+    if i == n - 1 or not messages[i].tool_calls:
+        i = n - 1  # a message without tool calls before results: each result stands alone
+        return Group(i, n, (messages[i],))
+    return Group(i, n, tuple(messages[i:n]))
 
 
 def split_turns(messages: Sequence[Message]) -> list[Turn]:

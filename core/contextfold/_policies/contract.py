@@ -16,10 +16,10 @@ nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from .._counting.budget import Budget
 from .._messages.model import Message
@@ -40,6 +40,9 @@ __all__ = [
     "SummaryReply",
     "SummaryRequest",
     "Target",
+    "dropped_targets",
+    "on_read",
+    "resolved",
 ]
 
 
@@ -122,6 +125,35 @@ class Target:
     """A handle to read the original back, when one was made."""
 
 
+def dropped_targets(
+    messages: Sequence[Message], indices: Iterable[int], tokens: Sequence[int],
+    handle: str | None = None,
+) -> list[Target]:
+    """A ``"dropped"`` target for each of ``messages[i]`` in ``indices``, with
+    ``tokens[i]`` as its original size: equal to ``Target(i, m.role, "dropped",
+    tokens[i], 0, m.name if m.role == "tool" else None, handle)``, made without the
+    frozen dataclass's checked ``__init__`` (a long history drops thousands at once)."""
+    new = object.__new__
+    index, role, method, original, fresh, tool, handled = _TARGET_SETTERS
+    out = []
+    for i in indices:
+        m = messages[i]
+        t = new(Target)
+        index(t, i)
+        role(t, m.role)
+        method(t, "dropped")
+        original(t, tokens[i])
+        fresh(t, 0)
+        tool(t, m.name if m.role == "tool" else None)
+        handled(t, handle)
+        out.append(t)
+    return out
+
+
+_TARGET_SETTERS = tuple(getattr(Target, name).__set__ for name in (
+    "index", "role", "method", "original_tokens", "new_tokens", "tool_name", "handle"))
+
+
 @dataclass
 class ConversationState:
     """Per-conversation state a policy may read and update through the driver.
@@ -140,6 +172,45 @@ class ConversationState:
 
 
 T = TypeVar("T")
+
+
+class _Later:
+    """A figure computed on first read (see :func:`on_read`)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self.compute = compute
+
+
+def on_read(compute: Callable[[], T]) -> T:
+    """A figure computed by ``compute`` when first read (then kept): for the fields of
+    :class:`~contextfold.CompactionReport` that say so (``tokens_before``, ``tokens_after``,
+    ``targets``, ``details``), and for values of :attr:`PolicyOutcome.details`, which the
+    report (and ``run_policy``) compute when its details are first read. A policy that
+    decided without counting its whole input reports what it did not count this way."""
+    return cast(T, _Later(compute))
+
+
+def resolved(value: Any, *, compute: bool = True) -> Any:
+    """``value`` with every :func:`on_read` figure in it computed: the value itself, or in
+    the values of dicts and the items of lists and tuples (copies are made only where one
+    was found). With ``compute=False``, ``value`` itself when it holds none, else an
+    object that is not it (nothing is computed)."""
+    if isinstance(value, _Later):
+        return resolved(value.compute()) if compute else _FOUND
+    if isinstance(value, dict):
+        done = {k: resolved(v, compute=compute) for k, v in value.items()}
+        return done if any(done[k] is not v for k, v in value.items()) else value
+    if isinstance(value, (list, tuple)):
+        items = [resolved(v, compute=compute) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+_FOUND = object()
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,6 +287,18 @@ class CompactionContext:
         estimate = self.measure(messages)
         return max(estimate, self.known_tokens) if self.known_tokens is not None else estimate
 
+    def exceeds(self, messages: Sequence[Message], limit: int) -> bool:
+        """``input_tokens(messages) > limit``, tokenizing only what the decision needs:
+        messages nothing counted yet are bounded (see
+        :func:`~contextfold._counting.counters.count_within`) and counted, newest first,
+        only while the bound says nothing."""
+        from .._counting.counters import count_within
+
+        if self.known_tokens is not None and self.known_tokens > limit:
+            return True
+        figure, _ = count_within(self.counter, messages, limit - self.fixed_tokens)
+        return figure + self.fixed_tokens > limit
+
 
 @dataclass(frozen=True)
 class PolicyOutcome:
@@ -230,7 +313,9 @@ class PolicyOutcome:
     notes: tuple[str, ...] = ()
     """Human-readable remarks (``"summary failed; used notice"``)."""
     details: dict[str, Any] = field(default_factory=dict)
-    """Policy-specific figures for the report (tier budgets, residual counts...)."""
+    """Policy-specific figures for the report (tier budgets, residual counts...). A figure
+    the policy did not need may be given as :func:`on_read` (counted when the report's
+    details are first read)."""
 
 
 PolicyRun = Generator[SummaryRequest, SummaryReply, PolicyOutcome]

@@ -83,11 +83,12 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from .._config import Ge, Gt, Le, NonBlank, check_fields
+from .._counting.counters import token_bounds
 from .._lossless.learning import learned_in
 from .._lossless.ledger import LEDGER_SOURCE, Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
-from .._messages.structure import SYSTEM_ROLES, open_loop_call, split_groups
+from .._messages.structure import SYSTEM_ROLES, newest_group, open_loop_call, split_groups
 from ..errors import BudgetExceededError
 from .contract import (
     CompactionContext,
@@ -96,11 +97,14 @@ from .contract import (
     SummaryReply,
     SummaryRequest,
     Target,
+    dropped_targets,
+    on_read,
 )
 from .fitting import shrink_message, squeeze
 from .head_tail import HeadTail, truncate_head_tail
 from .passes import strip_images
 from .prompt_source import find_prompt, open_request, prompt_kind, task_prompt
+from .reach import drop_beyond_reach, drop_order
 from .rolling import block_position, frozen_prefix, is_block
 
 __all__ = [
@@ -160,6 +164,7 @@ two points (continue; no final output before the end)."""
 happened and the nudge's two points (continue; no final output before the end)."""
 
 _PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
+_PASS_OF = {role: name for name, role in _PASSES}
 
 SHORT_SUMMARY_TOKENS = 64
 """The room of a short summary (TASK, a few DATA values), tried before the notice when the
@@ -245,8 +250,7 @@ class ThresholdPolicy:
     def _run(
         self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
     ) -> PolicyRun:
-        before = context.input_tokens(messages)
-        if not context.force and before <= context.budget.trigger_tokens:
+        if not context.force and not context.exceeds(messages, context.budget.trigger_tokens):
             return PolicyOutcome(messages=messages)
         plan = rolling if rolling is not None else self._plan(messages, context)
         if not plan.chosen and not plan.dropped:
@@ -275,6 +279,8 @@ class ThresholdPolicy:
 
     def _margins(self, messages: Sequence[Message], context: CompactionContext) -> tuple[int, int]:
         """(what the provider counts beyond our estimate, the summary's reserved room)."""
+        if context.known_tokens is None and not context.force:
+            return 0, self._reserve(context)  # (nothing to compare the estimate with)
         estimate = context.measure(messages)
         offset = max(0, (context.known_tokens or 0) - estimate)
         if context.force:  # the provider said the input overflowed: it is at least the budget
@@ -296,11 +302,11 @@ class ThresholdPolicy:
         the conversation). Past that share, when the ledgers have no room for another
         block's entries, or when no plan lands within it, the pass consolidates."""
         budget = context.budget
-        if not self.rolling or (not context.force
-                                and context.input_tokens(messages) <= budget.trigger_tokens):
+        if not self.rolling:
             return None
         stable = frozen_prefix(messages)
-        if not stable:
+        if not stable or (not context.force
+                          and not context.exceeds(messages, budget.trigger_tokens)):
             return None
         first = next((i for i, m in enumerate(messages) if m.role == "user"), 0)
         count = context.counter.count_message
@@ -364,17 +370,35 @@ class ThresholdPolicy:
                     offset=offset, reserve=reserve,
                     level=f"rolling, {level.name}" if stable else level.name,
                     stable=stable, rolling=self.rolling)
-        projected = context.measure(work) + offset + reserve
+        folded = 0
         if self.rolling and not stable:  # consolidating: the earlier blocks fold into one
-            projected -= fold_blocks(plan, context)
-        saved = self._select(plan, context, projected - context.budget.target_tokens)
-        excess = projected - saved - context.budget.target_tokens
+            folded = fold_blocks(plan, context)
+        target = context.budget.target_tokens
+        open_call = open_loop_call(work)
+        if drop_beyond_reach(plan, context, target - offset - reserve,
+                             lambda i: self._cut(plan, context, i, open_call)):
+            note_dropped(plan, context)  # (decided without counting what it dropped)
+            return plan
+        projected = context.measure(work) + offset + reserve - folded
+        saved = self._select(plan, context, projected - target)
+        excess = projected - saved - target
         if excess > 0:
             drop_groups(plan, context, excess)
         return plan
 
     def _eligible(self, m: Message) -> bool:
         return len(m.text) + len(m.reasoning or "") >= self.min_compaction_chars
+
+    def _cut(self, plan: Plan, context: CompactionContext, i: int, open_call: int | None
+             ) -> tuple[Message, str] | None:
+        """What :meth:`_select` would make of ``plan.work[i]`` when it comes to it: the cut
+        copy and its pass, ``None`` for a message no pass targets."""
+        m = plan.work[i]
+        pass_name = _PASS_OF.get(m.role)
+        if (pass_name is None or i in plan.frozen or i in plan.dropped
+                or not self._eligible(m)):
+            return None
+        return self._truncate(m, context, keep_reasoning=i == open_call), pass_name
 
     def _select(self, plan: Plan, context: CompactionContext, need: int) -> int:
         """Pick targets pass by pass until ``need`` tokens are saved; the tokens saved."""
@@ -401,7 +425,7 @@ class ThresholdPolicy:
                 gain = count(plan.work[i]) - count(new)
                 if gain > 0:
                     plan.chosen[i] = new
-                    plan.passes[pass_name] = plan.passes.get(pass_name, 0) + 1
+                    plan.pass_of[i] = pass_name
                     saved += gain
         return saved
 
@@ -615,10 +639,17 @@ class Plan:
     level: str = "none"
     chosen: dict[int, Message] = field(default_factory=dict)
     dropped: set[int] = field(default_factory=set)
-    passes: dict[str, int] = field(default_factory=dict)
+    pass_of: dict[int, str] = field(default_factory=dict)  # the pass that cut each target
     note: str = ""
     stable: int = 0  # work[:stable] is frozen (rolling): left byte-identical
     rolling: bool = False  # the summary goes where the next rolling pass can freeze it
+
+    def passes(self) -> dict[str, int]:
+        """How many of the messages sent each pass cut (a target cut and then dropped with
+        its group counts as dropped, not as cut)."""
+        cut = [self.pass_of[i] for i in self.chosen if i in self.pass_of and
+               i not in self.dropped]
+        return {name: n for name, _ in _PASSES if (n := cut.count(name))}
 
     def kept(self) -> list[Message]:
         """The messages sent, without the summary."""
@@ -657,8 +688,8 @@ def protected_at(
         elif m.is_error or m.is_pinned:
             important.add(i)
     frozen.update(i for i in requests(work) if i is not None)
-    groups = split_groups(work)
-    newest = set(range(groups[-1].start, groups[-1].end)) if groups else set()
+    group = newest_group(work)
+    newest = set(range(group.start, group.end)) if group is not None else set()
     if level.recent == 0 and newest:  # its last message of each role stays verbatim
         last = {work[i].role: i for i in sorted(newest)}
         frozen.update(last.values())
@@ -685,18 +716,25 @@ def verbatim_request(plan: Plan, context: CompactionContext) -> int | None:
 
 
 def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
-    """The report's targets: stripped images, truncated and dropped messages."""
-    count = context.counter.count_message
+    """The report's targets: stripped images, truncated and dropped messages. A dropped
+    message nothing counted carries its bound (:func:`token_bound`); the report counts it
+    when read."""
+    counter = context.counter
+    count = counter.count_message
     out = list(plan.strip_targets)
-    span = handle_for(plan.work[i] for i in sorted(plan.dropped)) if plan.dropped else None
+    dropped = sorted(plan.dropped)
+    span = handle_for(plan.work[i] for i in dropped) if dropped else None
+    bounds = token_bounds(counter, plan.work) if dropped else []
+    gone = iter(dropped_targets(plan.work, dropped, bounds, span))
     for i in sorted(set(plan.chosen) | plan.dropped):
         m = plan.work[i]
-        dropped = i in plan.dropped
+        if i in plan.dropped:
+            out.append(next(gone))
+            continue
         out.append(Target(
-            index=i, role=m.role, method="dropped" if dropped else "truncated",
-            original_tokens=count(m), new_tokens=0 if dropped else count(plan.chosen[i]),
-            tool_name=m.name if m.role == "tool" else None,
-            handle=span if dropped else handle_for(m),
+            index=i, role=m.role, method="truncated", original_tokens=count(m),
+            new_tokens=count(plan.chosen[i]), tool_name=m.name if m.role == "tool" else None,
+            handle=handle_for(m),
         ))
     return tuple(out)
 
@@ -704,17 +742,20 @@ def plan_details(
     messages: Sequence[Message], plan: Plan, context: CompactionContext, *,
     summary: str, origin: str | None = None,
 ) -> dict[str, object]:
-    """The report's details, with the degradation level used."""
+    """The report's details, with the degradation level used (the input's estimate counted
+    when read: the plan needs it only when the provider's figure or an overflow says
+    more)."""
+    offset = plan.offset
     return {
-        "estimate_tokens": context.measure(messages),
+        "estimate_tokens": on_read(lambda: context.measure(messages)),
         "known_tokens": context.known_tokens,
-        "effective_tokens": context.measure(messages) + plan.offset,
+        "effective_tokens": on_read(lambda: context.measure(messages) + offset),
         "trigger_tokens": context.budget.trigger_tokens,
         "target_tokens": context.budget.target_tokens,
         "forced": context.force,
         "images_stripped": len(plan.strip_targets),
         "truncated": len(plan.chosen) - len(plan.dropped & set(plan.chosen)),
-        "passes": dict(plan.passes),
+        "passes": plan.passes(),
         "dropped": len(plan.dropped),
         "degradation": plan.level,
         "rolling": {"frozen_messages": plan.stable} if plan.stable else False,
@@ -727,10 +768,7 @@ def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
     message after all others), until ``need`` tokens are saved."""
     count = context.counter.count_message
     saved = 0
-    groups = [g for g in split_groups(plan.work)
-              if not any(i in plan.anchored or i in plan.dropped for i in range(g.start, g.end))]
-    groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
-    for group in groups:
+    for group in drop_order(plan):
         if saved >= need:
             break
         indices = range(group.start, group.end)
@@ -742,8 +780,8 @@ def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
 def fold_blocks(plan: Plan, context: CompactionContext) -> int:
     """Drop the summaries earlier passes wrote (outside the newest group), so that a
     consolidating pass summarizes them again into one; the tokens this saves."""
-    groups = split_groups(plan.work)
-    newest = groups[-1].start if groups else len(plan.work)
+    last = newest_group(plan.work)
+    newest = last.start if last is not None else len(plan.work)
     blocks = [i for i in range(newest) if is_block(plan.work[i])
               and plan.work[i].source == "summary" and not plan.work[i].is_pinned]
     plan.dropped.update(blocks)

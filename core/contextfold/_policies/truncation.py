@@ -51,7 +51,7 @@ from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
 from ..errors import BudgetExceededError
-from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target, dropped_targets
 from .fitting import shrink_message
 from .head_tail import HeadTail
 
@@ -378,15 +378,8 @@ def _dropped(
         ranges.append((cursor, bounds[g]))
         cursor = bounds[g + 1]
     ranges.append((cursor, bounds[plan.start] if bounds else 0))
-    found: list[Target] = []
-    append = found.append
     figures = token_bounds(counter, messages)
-    for a, b in ranges:
-        for i in range(a, b):
-            m = messages[i]
-            tool = m.name if m.role == "tool" else None
-            append(Target(i, m.role, "dropped", figures[i], 0, tool))
-    return found
+    return dropped_targets(messages, (i for a, b in ranges for i in range(a, b)), figures)
 
 
 def _shrink_to(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -130,14 +129,17 @@ def _converted(message: ChatMessage, index: int | None, message_id: str | None) 
         extras["calls_sig"] = _calls_sig(calls)
     try:
         return Message(
-            role=role,
-            content=content,
-            tool_calls=tuple(calls),
-            tool_call_id=tool_call_id,
-            name=name,
-            reasoning=reasoning,
-            metadata={**_own_metadata(kwargs), **({META_KEY: extras} if extras else {})},
-            id=message_id or uuid.uuid4().hex,  # Message's own default
+            role,  # type: ignore[arg-type]
+            content,
+            tuple(calls),
+            tool_call_id,
+            name,
+            reasoning,
+            None,
+            None,
+            None,
+            {**_own_metadata(kwargs), **({META_KEY: extras} if extras else {})},
+            *((message_id,) if message_id else ()),  # else Message's own default, a uuid4
         )
     except ConversionError as exc:  # name the position (as ``at_index`` does)
         if exc.index is not None or index is None:

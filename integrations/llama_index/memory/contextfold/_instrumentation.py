@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
+from llama_index.core.instrumentation.event_handlers import NullEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 
 from contextfold import (
@@ -127,8 +128,23 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def _handled() -> bool:
+    """Whether an event dispatched here reaches a handler that does something: building
+    one reads its report whole (the figures a pass decided without counting are counted
+    then), so nothing is built for the root's null handler alone."""
+    c: Any = dispatcher
+    while c is not None:
+        if any(not isinstance(h, NullEventHandler) for h in c.event_handlers):
+            return True
+        c = c.parent if c.propagate else None
+    return False
+
+
 def forward_event(event: object) -> None:
-    """A Compactor listener: dispatch the core event as a LlamaIndex event."""
+    """A Compactor listener: dispatch the core event as a LlamaIndex event (when a handler
+    other than LlamaIndex's null one would receive it)."""
+    if not _handled():
+        return
     if isinstance(event, CompactionApplied):
         dispatcher.event(CompactionAppliedEvent(
             conversation_id=event.conversation_id, report=report_dict(event.report),

@@ -1,0 +1,321 @@
+"""The extractive summary's sections, made as they are read, and fitted to a size.
+
+A summary of a long span keeps a small part of what it could say: the steps of thousands
+of tool calls go first, and DATA keeps the identifiers found first, as many as fit. So the
+scan (:mod:`.extractive`) records where each line comes from and the text is made only
+when a line is read: a step's line (:class:`Line`), the decisions of a message, the
+identifiers of a message (:class:`Data`, looked for in order, only as far as the values
+read need). :class:`Fitting` reads only what the states it tries show, and only as much of
+each as deciding whether it fits needs, so the identifiers of messages whose values could
+not fit are never looked for: the summary is the same as with every line made first.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from .._counting.counters import TokenCounter, head_over
+from .._messages.model import Message
+from .identifiers import head_and_tail, identifiers_of
+
+__all__ = ["Data", "Fitting", "Line", "Sections", "lines", "short"]
+
+NONE = "- none"
+TASK_CHARS = 200
+"""A task or REMAINING item longer than this is shortened to it when the summary must fit."""
+DATA_OMITTED = "- [more identifier(s) omitted to fit]"
+
+DECISION_LANGUAGE = re.compile(
+    r"\b(decided|concluded|agreed|will do|won't do|determined|resolved|confirmed)\b", re.I
+)
+"""The tiered design's decision language (with "confirmed", the threshold design's DECISIONS
+example)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def short(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters (head and tail kept)."""
+    line = " ".join(head_and_tail(text, 8 * limit + 64).split())  # a huge text: its ends
+    if len(line) <= limit:
+        return line
+    head = max(limit * 2 // 3, 1)
+    tail = max(limit - head - 5, 0)
+    return f"{line[:head]} [\u2026] {line[len(line) - tail:]}" if tail else line[:head]
+
+
+class Line:
+    """A line of a section, ``make(*args)`` when first read (``str(line)``)."""
+
+    __slots__ = ("_args", "_make", "_text")
+
+    def __init__(self, make: Callable[..., str], *args: Any) -> None:
+        self._make: Callable[..., str] | None = make
+        self._args = args
+        self._text = ""
+
+    def __str__(self) -> str:
+        if self._make is not None:
+            self._text, self._make, self._args = self._make(*self._args), None, ()
+        return self._text
+
+
+class Data:
+    """DATA's values: every identifier of the sources, verbatim, once, in order of first
+    appearance. A source is a message (its identifiers are looked for when the values
+    before them have been read) or a value an earlier summary listed."""
+
+    def __init__(self) -> None:
+        self.sources: list[Message | str] = []
+        self._values: list[str] = []
+        self._seen: set[str] = set()
+        self._read = 0  # sources looked at
+
+    def _more(self) -> bool:
+        """Look at the next source; ``False`` when none is left."""
+        if self._read == len(self.sources):
+            return False
+        source = self.sources[self._read]
+        self._read += 1
+        for value in (source,) if isinstance(source, str) else identifiers_of(source):
+            if value not in self._seen:
+                self._seen.add(value)
+                self._values.append(value)
+        return True
+
+    def at_least(self, k: int) -> int:
+        """``k``, or how many values there are when fewer."""
+        while len(self._values) < k and self._more():
+            pass
+        return min(k, len(self._values))
+
+    def __iter__(self) -> Iterator[str]:
+        i = 0
+        while i < len(self._values) or self._more():
+            if i < len(self._values):
+                yield self._values[i]
+                i += 1
+
+
+@dataclass
+class Sections:
+    """What a scan found, for the six sections. Steps, errors, decisions and DATA are
+    made when read."""
+
+    task: str | None = None
+    earlier: list[str] = field(default_factory=list)  # newest first
+    progress: list[str | Line] = field(default_factory=list)
+    remaining: list[str] = field(default_factory=list)
+    data: Data = field(default_factory=Data)
+    decision_sources: list[tuple[bool, str]] = field(default_factory=list)
+    """In order: ``(True, text)`` a message's text to find decisions in, ``(False, line)``
+    a line an earlier summary listed."""
+    errors: list[str | Line] = field(default_factory=list)
+    _decisions: list[str] | None = None
+
+    def decisions(self) -> list[str]:
+        """DECISIONS' lines (sentences with decision language, once each, in order)."""
+        if self._decisions is None:
+            found: dict[str, None] = {}
+            for in_text, value in self.decision_sources:
+                if not in_text:
+                    found.setdefault(value, None)
+                elif DECISION_LANGUAGE.search(value):
+                    for sentence in _SENTENCE_END.split(value):
+                        if DECISION_LANGUAGE.search(sentence):
+                            found.setdefault(f"- {short(sentence, 300)}", None)
+            self._decisions = list(found)
+        return self._decisions
+
+
+@dataclass
+class Kept:
+    """What a summary keeps of its sections after some removals (see :class:`Fitting`)."""
+
+    s: Sections
+    progress: Sequence[str | Line]
+    omitted_steps: int
+    decisions: Sequence[str] | None  # None: all of them
+    errors: Sequence[str | Line]
+    task: str | None
+    remaining: list[str]
+    earlier: list[str]
+    data: int | None  # how many of DATA's first values; None: all of them
+    data_omitted: bool
+
+    @classmethod
+    def whole(cls, s: Sections) -> Kept:
+        return cls(s, s.progress, 0, None, s.errors, s.task, s.remaining, s.earlier, None,
+                   False)
+
+
+def lines(k: Kept) -> Iterator[str]:
+    """The summary's lines, in order, made as they are read."""
+    yield f"TASK: {k.task or 'unknown (not in the summarized messages)'}"
+    for e in k.earlier:
+        yield f"- earlier request: {e}"
+    yield "PROGRESS:"
+    for n, step in enumerate(k.progress, 1):
+        if n == 2 and k.omitted_steps:
+            yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+        yield f"{n}. {step}"
+    if k.omitted_steps and len(k.progress) < 2:
+        yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+    elif not k.progress:
+        yield NONE
+    yield "REMAINING:"
+    yield from k.remaining or [NONE]
+    yield "DATA:"
+    values = iter(k.s.data) if k.data is None else islice(k.s.data, k.data)
+    first = next(values, None)
+    if first is None and not k.data_omitted:
+        yield NONE
+    if first is not None:
+        yield f"- {first}"
+        for value in values:
+            yield f"- {value}"
+    if k.data_omitted:
+        yield DATA_OMITTED
+    yield "DECISIONS:"
+    yield from (k.s.decisions() if k.decisions is None else k.decisions) or [NONE]
+    yield "ERRORS:"
+    yield from map(str, k.errors) if k.errors else [NONE]
+
+
+def render(k: Kept) -> str:
+    """The summary's text."""
+    return "\n".join(lines(k))
+
+
+class Fitting:
+    """A summary over its size hint, with the fewest removals that fit it, counted exactly.
+
+    Removals go in the documented order: the steps of PROGRESS after its first and before
+    its latest, oldest first; DECISIONS; ERRORS; the task, then each long REMAINING item,
+    shortened to 200 characters; the REMAINING items after the first; the first and the
+    latest step; the earlier requests, oldest first; DATA's values, the last found first
+    (a line says that more were left out). The first state that fits is found by bisection
+    over that order; a text is counted only as far as deciding it needs (the start of a
+    long text that is over on its own, :func:`head_over`). When not even everything
+    removed fits, that is the summary (the caller cuts it further).
+
+    Every other removal is tried before DATA's: whether DATA whole fits beside what cannot
+    go is asked first, and when it does not, how many of its first values fit is found by
+    trying sizes doubling from one and bisecting (the values are read only as far as the
+    sizes tried, so the answer does not depend on how many there are beyond)."""
+
+    def __init__(self, s: Sections, max_tokens: int, counter: TokenCounter | None) -> None:
+        self.s, self.max_tokens, self.counter = s, max_tokens, counter
+        self.cap = max(2048, 5 * max_tokens)  # characters made before a first look
+        self.long_items = [i for i, item in enumerate(s.remaining) if len(item) > TASK_CHARS]
+
+    def text(self) -> str:
+        if self._fits(Kept.whole(self.s)):
+            return render(Kept.whole(self.s))
+        if not self._fits(self._bare()):
+            return render(self._bare(self._data_kept()))
+        kinds = self._kinds()  # DATA whole fits once the rest is gone: what else fits?
+        lo, hi = 0, sum(kinds)  # lo never fits, hi fits
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._fits(self._state(kinds, mid)):
+                hi = mid
+            else:
+                lo = mid
+        return render(self._state(kinds, hi))
+
+    def _kinds(self) -> tuple[int, ...]:
+        """How many removals of each kind, in order (DATA's apart)."""
+        s = self.s
+        return (max(len(s.progress) - 2, 0), len(s.decisions()), len(s.errors),
+                int(len(s.task or "") > TASK_CHARS), len(self.long_items),
+                max(len(s.remaining) - 1, 0), min(len(s.progress), 2), len(s.earlier))
+
+    def _data_kept(self) -> int:
+        """The most leading DATA values that fit beside everything else removed."""
+        if not self._fits(self._bare(0)):
+            return 0
+        lo, k = 0, 1  # lo fits
+        while True:
+            found = self.s.data.at_least(k)
+            if found < k:  # fewer values than that: all of them do not fit
+                hi = found
+                break
+            if not self._fits(self._bare(k)):
+                hi = k
+                break
+            lo, k = k, k * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._fits(self._bare(mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _bare(self, data: int | None = None) -> Kept:
+        """Every removal but DATA's made, with the first ``data`` values (all: None)."""
+        s = self.s
+        remaining = [short(item, TASK_CHARS) if len(item) > TASK_CHARS else item
+                     for item in s.remaining[:1]]
+        task = short(s.task, TASK_CHARS) if s.task and len(s.task) > TASK_CHARS else s.task
+        omitted = data is not None and s.data.at_least(data + 1) > data
+        return Kept(s, (), len(s.progress), (), (), task, remaining, [], data, omitted)
+
+    def _state(self, kinds: tuple[int, ...], r: int) -> Kept:
+        """What is kept after the first ``r`` removals (DATA whole)."""
+        s = self.s
+        taken = []
+        for n in kinds:
+            taken.append(min(r, n))
+            r -= taken[-1]
+        middle, decisions, errors, task, shortened, dropped, ends, earlier = taken
+        progress = s.progress
+        if middle:
+            progress = [progress[0], *progress[1 + middle:]]
+        progress = progress[ends:]
+        remaining = list(s.remaining)
+        for i in self.long_items[:shortened]:
+            remaining[i] = short(remaining[i], TASK_CHARS)
+        if dropped:
+            del remaining[1:1 + dropped]
+        return Kept(
+            s, progress, middle + ends, s.decisions()[decisions:], s.errors[errors:],
+            short(s.task, TASK_CHARS) if task and s.task else s.task, remaining,
+            s.earlier[: len(s.earlier) - earlier], None, False,
+        )
+
+    def _fits(self, kept: Kept) -> bool:
+        cap = self.cap
+        while True:
+            text, whole = _head(lines(kept), cap)
+            if whole:
+                return self._size(text) <= self.max_tokens
+            if self.counter is None:
+                if math.ceil(len(text) / 3) > self.max_tokens:
+                    return False
+            elif head_over(self.counter, text, self.max_tokens):
+                return False
+            cap *= 4
+
+    def _size(self, text: str) -> int:
+        if self.counter is not None:
+            return self.counter.count_text(text)
+        return math.ceil(len(text) / 3)
+
+
+def _head(made: Iterator[str], cap: int) -> tuple[str, bool]:
+    """The lines joined, once they run past ``cap`` characters (``False``), or all of
+    them (``True``)."""
+    taken: list[str] = []
+    size = 0
+    for line in made:
+        taken.append(line)
+        size += len(line) + 1
+        if size > cap:
+            return "\n".join(taken), False
+    return "\n".join(taken), True
