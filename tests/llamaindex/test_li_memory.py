@@ -26,6 +26,7 @@ from llama_index.memory.contextfold import (
     pin,
     to_llama_index,
 )
+from pg_scratch import scratch_schema
 
 BUDGET = cf.Budget(context_window=1200)
 
@@ -325,6 +326,11 @@ def test_postgres_store_by_url() -> None:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+    with scratch_schema(url) as scratch:
+        _stored_by_url(scratch)
+
+
+def _stored_by_url(url: str) -> None:
     session = "li-" + uuid.uuid4().hex
     memory = _memory(store=url, session_id=session)
     try:
