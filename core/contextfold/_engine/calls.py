@@ -271,6 +271,7 @@ class CallLoop(Generic[F]):
                 try:
                     effect = flow.throw(error) if error is not None else flow.send(value)
                 except StopIteration as stop:
+                    self._keep_counts(None)  # what the send counted (its report's figures)
                     return self._finish(stop.value, sent, usage, idle)
                 value, error = None, None
                 try:
@@ -301,6 +302,7 @@ class CallLoop(Generic[F]):
             try:
                 effect = flow.throw(error) if error is not None else flow.send(value)
             except StopIteration as stop:
+                self._keep_counts(None)  # what the send counted (its report's figures)
                 outcome = stop.value
                 if isinstance(outcome, _Idle) and idle is not None:
                     reply = idle(outcome.reason, self._idle_view(outcome))
@@ -428,11 +430,13 @@ class CallLoop(Generic[F]):
         else:
             counts.track(new)
 
-    def _keep_counts(self, result: CompactionResult) -> None:
-        """Keep the counts the compaction made of stored messages with them (a compaction
-        that ran no policy counted only the newest ones)."""
+    def _keep_counts(self, result: CompactionResult | None) -> None:
+        """Keep the counts made of stored messages with them: after a compaction (one that
+        ran no policy counted only the newest ones), and after the send (an adapter that
+        reads the report's figures counts the messages they need; the newest are looked
+        at, and all of them when all were counted)."""
         if self._counts is not None:
-            self._counts.flush(full=result.report.method != "none")
+            self._counts.flush(full=result is not None and result.report.method != "none")
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -102,9 +102,10 @@ def body_digest(text: str) -> str:
 
 
 def stored_digest(message: Message) -> str | None:
-    """The digest of the text a store keeps for ``message``, when that text reads back as
-    ``message`` (else ``None``): a stored row whose body has this digest holds exactly this
-    content. Computed once per message."""
+    """A digest of a stored text that holds exactly ``message``'s content, so a stored row
+    whose body has this digest holds it: for a message read from a store, the digest of
+    the text it was read from; else that of the text a store keeps for it, when that text
+    reads back as ``message`` (``None`` when it does not). Computed once per message."""
     if not message.has_derived(_DIGEST):
         stored_form(message)
     return message.derived(_DIGEST, _stored_digest)
@@ -198,11 +199,15 @@ def decode_row(table: str, row_id: object, body: object) -> Message:
     try:
         if not isinstance(body, (str, bytes)):
             raise CodecError(f"body must be text, got {type(body).__name__}")
-        return loads(body)
+        message = loads(body)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CorruptRowError(
             f"row {row_id} of table {table} cannot be decoded: {exc}"
         ) from exc
+    # The row holds exactly this message's content: its body's digest says so.
+    digest = body_digest(body if isinstance(body, str) else body.decode("utf-8", "replace"))
+    message.derived(_DIGEST, lambda _message: digest)
+    return message
 
 
 def decode(doc: Any) -> Message:
