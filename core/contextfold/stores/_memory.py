@@ -72,8 +72,7 @@ class MemoryStore(BaseStore):
             rows = self._rows.setdefault(conversation_id, [])
             position = self._next_position.get(conversation_id, 0)
             for message in messages:
-                row = _Row(self._next_row, conversation_id, position,
-                           _with_id(message, message.id))
+                row = _Row(self._next_row, conversation_id, position, _copy(message))
                 rows.append(row)
                 self._by_message.setdefault((conversation_id, message.id), []).append(row)
                 self._by_id["m", row.row_id] = row
@@ -85,7 +84,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             rows = self._rows.get(conversation_id, [])
             chosen = rows if limit is None else rows[-limit:]
-            return [_with_id(r.message, r.message.id) for r in chosen]
+            return [_copy(r.message) for r in chosen]
 
     def _put_counts(self, conversation_id: str,
                     batch: list[tuple[Message, dict[str, int]]]) -> None:
@@ -105,7 +104,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             for row in self._rows.get(conversation_id, []):
                 if row.message.role in _SYSTEM_ROLES:
-                    return row.message
+                    return _copy(row.message)
         return None
 
     def _clear(self, conversation_id: str) -> None:
@@ -131,7 +130,7 @@ class MemoryStore(BaseStore):
         pattern = snippet_pattern(terms)
         hits = [
             SearchHit(
-                message=rows[i].message, conversation_id=owner, position=rows[i].position,
+                message=_copy(rows[i].message), conversation_id=owner, position=rows[i].position,
                 role=rows[i].message.role, source=rows[i].message.source,
                 snippet=make_snippet(texts[i], pattern), created_at=rows[i].message.created_at,
                 score=score, handle=f"{prefix}:{rows[i].row_id}",
@@ -144,7 +143,7 @@ class MemoryStore(BaseStore):
     def _fetch(self, kind: Literal["m", "b"], row_id: int) -> tuple[str, Message] | None:
         with self._lock:
             row = self._by_id.get((kind, row_id))
-        return None if row is None else (row.owner, row.message)
+        return None if row is None else (row.owner, _copy(row.message))
 
     # -- broadcasts -------------------------------------------------------------------------
 
@@ -175,7 +174,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             for row in reversed(self._rows.get(conversation_id, [])):
                 if row.message.source == "broadcast":
-                    return row.message
+                    return _copy(row.message)
         return None
 
     def _latest_commander_broadcast(self, swarm_ids: Iterable[str]) -> Message | None:
@@ -201,6 +200,12 @@ class MemoryStore(BaseStore):
 
     def _get_original(self, conversation_id: str, handle: str) -> str | None:
         return self._originals.get((conversation_id, handle))
+
+
+def _copy(message: Message) -> Message:
+    """An equal message with the same id and what is cached on it, as another object: the
+    store's messages and its callers' are never the same objects."""
+    return _with_id(message, message.id)
 
 
 def _text(kind: SearchKind, message: Message) -> str:
