@@ -4,7 +4,9 @@ An adapter converts messages and sends them; everything else about a model call 
 :class:`CallLoop` (one per conversation, kept by :class:`Conversations`): compaction with
 every fixed cost counted, the overflow retry below the provider's stated limit,
 calibration from the reported :class:`Usage`, the idle decision and persistence with
-:func:`stable_id` (:func:`with_stable_id` gives a converted message that id). Provider
+:func:`stable_id` (:func:`with_stable_id` gives a converted message that id), the token
+counts kept beside the stored messages included (:class:`CountKeeper`, which an adapter
+that stores messages itself uses directly). Provider
 errors are read with :func:`overflow_of` and :func:`error_kind`; LLM summarizers build
 their prompt with :func:`summary_prompt`. :func:`message_to_dict` and
 :func:`message_from_dict` are the stores' JSON form of a message (a framework's own
@@ -23,6 +25,7 @@ from ._engine.calls import (
     with_stable_id,
 )
 from ._engine.controls import COMPACT_CONTEXT_DESCRIPTION, compact_context_tool
+from ._engine.kept_counts import CountKeeper
 from ._engine.overflow import (
     OVERFLOW_PHRASES,
     ErrorKind,
@@ -48,6 +51,7 @@ __all__ = [
     "AsyncSummarizer",
     "CallLoop",
     "Conversations",
+    "CountKeeper",
     "ErrorKind",
     "ModelLimits",
     "Overflow",

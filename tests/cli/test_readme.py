@@ -12,12 +12,14 @@ import re
 import shlex
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import contextfold as cf
+from pg_scratch import scratch_schema
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -101,6 +103,14 @@ def test_the_python_snippets_run_in_order(tmp_path: Path, monkeypatch: pytest.Mo
 
         monkeypatch.setattr(cf, kind, opening)
     namespace = _readers_objects()
+    with ExitStack() as scratch:
+        if url is not None:  # the database's own schema is left alone
+            url = scratch.enter_context(scratch_schema(url))
+        _run_snippets(snippets, url, namespace, opened, tmp_path)
+
+
+def _run_snippets(snippets: list[str], url: str | None, namespace: dict[str, Any],
+                  opened: list[cf.stores.BaseStore], tmp_path: Path) -> None:
     try:
         for number, snippet in enumerate(snippets, start=1):
             code = snippet.replace(POSTGRES_PLACEHOLDER, url or POSTGRES_PLACEHOLDER)

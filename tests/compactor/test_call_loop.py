@@ -4,6 +4,7 @@ here is a plain dict (OpenAI's), so the loop is exercised without any framework.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from contextfold._engine.calls import (
 )
 from contextfold.errors import ContextOverflowError, NoProgressError
 from contextfold.policy import Policy
+from spy_counting import spy_counter
 
 
 class Overflow(Exception):
@@ -196,6 +198,83 @@ def test_restarts_never_duplicate_the_stored_history(tmp_path: Any,
         loop.call(raw, Model(counter, 100_000).send, usage=usage)
         store.close()
     assert len(cf.SQLiteStore(path).load("conv")) == len(raw)
+
+
+def _process(path: Any, policy: Policy, raw: list[dict[str, Any]], *, budget: cf.Budget,
+             persist: bool = True) -> list[cf.Message]:
+    """One call in a new process: a new store object on the file, a new compactor and
+    counter, the checkpoint's messages converted again. The stored messages it tokenized."""
+    counter, spy = spy_counter()
+    store = cf.SQLiteStore(path)
+    compactor = cf.Compactor(policy, budget, counter, store=store, conversation_id="conv")
+    loop = CallLoop(compactor, to_core=to_core, from_core=from_core, persist=persist)
+    loop.call(copy.deepcopy(raw), Model(cf.EstimatingCounter(), 10**9).send)
+    store.close()
+    return spy.tokenized(to_core(m, i) for i, m in enumerate(raw))
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_a_resumed_thread_tokenizes_nothing_it_counted(policy: Policy, tmp_path: Any) -> None:
+    path, raw = tmp_path / "h.db", history(24, size=40)
+    budget = cf.Budget(context_window=6_000)  # the thread is over it: compaction counts
+    first = _process(path, policy, raw[:30], budget=budget)
+    assert first  # messages were counted (and their counts kept)
+    resumed = _process(path, policy, raw, budget=budget)  # resumed with more messages
+    assert [m for m in resumed if m in first] == []
+    assert resumed  # the new ones were counted
+    assert _process(path, policy, raw, budget=budget) == []  # all of it counted by now
+    # Without the store's counts, the same call tokenizes them again.
+    assert _process(path, policy, raw, budget=budget, persist=False)
+
+
+def _recording(into: list[cf.Message]) -> Any:
+    def convert(raw: dict[str, Any], position: int) -> cf.Message:
+        into.append(to_core(raw, position))
+        return into[-1]
+    return convert
+
+
+def test_a_message_replaced_under_its_id_gets_no_count_of_the_old_one(tmp_path: Any) -> None:
+    """A framework may replace a message keeping its id (LangGraph's reducer does): the
+    count kept for the old content is not reused for the new one."""
+    path, raw = tmp_path / "h.db", history(12, size=40)
+    for i, message in enumerate(raw):
+        message["id"] = f"msg-{i}"
+    budget = cf.Budget(context_window=3_000)
+    first = _process(path, cf.TruncationPolicy(), raw, budget=budget)
+    assert to_core(raw[-1], len(raw) - 1) in first  # the old content was counted, and kept
+    replaced = copy.deepcopy(raw)
+    replaced[-1]["content"] = "document 11, replaced"
+    converted: list[cf.Message] = []
+    counter, _ = spy_counter()
+    compactor = cf.Compactor(cf.TruncationPolicy(), budget, counter, store=cf.SQLiteStore(path),
+                             conversation_id="conv")
+    loop = CallLoop(compactor, from_core=from_core, to_core=_recording(converted))
+    loop.call(replaced, Model(cf.EstimatingCounter(), 10**9).send)
+    key = "tokens:" + counter.name
+    assert all(m.has_derived(key) for m in converted[:-1] if m in first)  # kept, reused
+    assert counter.count_message(converted[-1]) == counter.count_message(
+        to_core(replaced[-1], len(raw) - 1))  # its own count, whether kept or not
+
+
+def test_an_input_that_does_not_extend_the_last_reuses_the_kept_counts(tmp_path: Any) -> None:
+    """Messages converted anew in the same process (the input was not an extension of the
+    previous one) take the counts the store kept for them."""
+    counter, spy = spy_counter()
+    store = cf.SQLiteStore(tmp_path / "h.db")
+    compactor = cf.Compactor(cf.ThresholdPolicy(), cf.Budget(context_window=6_000), counter,
+                             store=store, conversation_id="conv")
+    loop = CallLoop(compactor, to_core=to_core, from_core=from_core)
+    raw = history(24, size=40)
+    model = Model(cf.EstimatingCounter(), 10**9)
+    loop.call(raw, model.send)
+    counted = spy.tokenized(to_core(m, i) for i, m in enumerate(raw))
+    spy.texts.clear()
+    edited = copy.deepcopy(raw)  # new objects, and not an extension: the task was edited
+    edited[1]["content"] = "Read every document, twice."
+    loop.call(edited, model.send)
+    again = spy.tokenized(to_core(m, i) for i, m in enumerate(edited))
+    assert counted and [m for m in again if m in counted] == []
 
 
 def test_stable_ids_depend_on_content_and_position() -> None:

@@ -23,6 +23,7 @@ from langchain_contextfold import (
     pin,
     to_core,
 )
+from spy_counting import spy_counter
 
 BUDGET = cf.Budget(context_window=12_000, output_reserve=2_000)
 
@@ -88,6 +89,31 @@ def test_request_is_compacted_and_the_state_is_not() -> None:
     assert_valid_within(to_core([sent.system_message, *sent.messages]), BUDGET,
                                    COUNTER, COUNTER.count_tools(
                                        middleware().engine.tool_dicts([fetch_page])))
+
+
+def test_a_resumed_thread_tokenizes_nothing_it_counted(tmp_path: Any) -> None:
+    """A new process resumes a thread from its checkpoint (the same messages and ids,
+    converted again) with a new middleware and store object on the same file: the first
+    call reuses the counts the store kept and tokenizes none of those messages."""
+    history = loop_history(30)
+    for i, message in enumerate(history):
+        message.id = f"lc-{i}"  # as LangGraph's reducer ids them
+
+    def process(messages: list[BaseMessage]) -> list[cf.Message]:
+        counter, spy = spy_counter()
+        store = cf.SQLiteStore(tmp_path / "h.db")
+        hook = CompactionMiddleware(policy=cf.ThresholdPolicy(), budget=BUDGET,
+                                    counter=counter, summarizer=cf.ExtractiveSummarizer(),
+                                    store=store)
+        hook.wrap_model_call(request_for([m.model_copy(deep=True) for m in messages]),
+                             Handler())
+        store.close()
+        return spy.tokenized(to_core(messages))
+
+    first = process(history[:41])
+    assert len(first) > 10
+    resumed = process(history)
+    assert resumed and [m for m in resumed if m in first] == []
 
 
 def test_overflow_is_retried_with_forced_compaction() -> None:

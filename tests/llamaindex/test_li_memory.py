@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from llama_index.memory.contextfold import (
     pin,
     to_llama_index,
 )
+from pg_scratch import scratch_schema
+from spy_counting import spy_counter
 
 BUDGET = cf.Budget(context_window=1200)
 
@@ -317,6 +320,35 @@ def test_sqlite_store_by_name_and_path(tmp_path: Any, monkeypatch: Any) -> None:
         _memory(store="redis://nowhere")
 
 
+def test_a_memory_loading_its_session_again_tokenizes_nothing_counted(tmp_path: Any) -> None:
+    """A new process (a new store object on the file, a new memory and counter) loads the
+    session with the counts the last one made: its first ``get`` tokenizes none of them."""
+    path, budget = tmp_path / "h.db", cf.Budget(context_window=3000)
+    history = _turns(30, words=20)
+    counter, spy = spy_counter()
+    memory = _memory(store=cf.SQLiteStore(path), session_id="s", counter=counter,
+                     budget=budget)
+    memory.set(history)  # stored as they are: nothing counted yet
+    memory.get()  # counts what it needs, and keeps those counts
+    memory.put_messages(_turns(32, words=20)[-4:])  # counted when put, kept with them
+    memory.get()
+    counted = spy.tokenized(from_llama_index(memory.get_all()))
+    view = [m.model_dump() for m in memory.get()]
+    memory.store.close()
+    for kept in (True, False):
+        if not kept:  # the same without the kept counts: those messages are tokenized again
+            with sqlite3.connect(path) as conn:
+                conn.execute('DELETE FROM "contextfold_token_counts"')
+        resumed, spy = spy_counter()
+        again = _memory(store=cf.SQLiteStore(path), session_id="s", counter=resumed,
+                        budget=budget)
+        assert [m.model_dump() for m in again.get()] == view
+        tokenized = spy.tokenized(from_llama_index(again.get_all()))
+        assert bool([m for m in tokenized if m in counted]) is not kept
+        again.store.close()
+    assert len(counted) > 30
+
+
 @pytest.mark.postgres
 def test_postgres_store_by_url() -> None:
     url = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL")
@@ -325,6 +357,11 @@ def test_postgres_store_by_url() -> None:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+    with scratch_schema(url) as scratch:
+        _stored_by_url(scratch)
+
+
+def _stored_by_url(url: str) -> None:
     session = "li-" + uuid.uuid4().hex
     memory = _memory(store=url, session_id=session)
     try:

@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 from store_strategies import messages
 
 import contextfold as cf
+from contextfold._counting.counters import ApproximateCounter
 from contextfold.errors import ConfigurationError, StoreError
-from contextfold.stores import BaseStore
+from contextfold.integration import message_to_dict
+from contextfold.stores import BaseStore, CountStore
+from spy_counting import again, spy_counter
 
 _FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -114,6 +117,152 @@ def test_every_message_round_trips(store: BaseStore, batch: list[cf.Message]) ->
     for got, sent in zip(loaded, batch, strict=True):
         assert got.created_at == sent.created_at
         assert dict(got.metadata) == dict(sent.metadata)
+
+
+# -- token counts kept with the messages ---------------------------------------------------
+
+
+def _thread(n: int = 6) -> list[cf.Message]:
+    """Messages whose texts are unique to them (the spy encoding tells them apart)."""
+    out = [cf.Message("system", "You route cargo ships.")]
+    for i in range(n):
+        out += _turn(i)[:2]
+        out.append(cf.Message("user", f"next leg {i} of {uuid.uuid4().hex}"))
+    return out
+
+
+def _key(counter: cf.TokenCounter) -> str:
+    return "tokens:" + counter.name
+
+
+def test_counts_held_when_appended_are_loaded_with_the_messages(open_store: Any) -> None:
+    conv, thread = _conv(), _thread()
+    counter, _ = spy_counter()
+    store = open_store()
+    assert isinstance(store, CountStore)
+    store.append(conv, thread[:5], counter=counter)  # counted on the way in
+    counter.count_messages(thread[5:])
+    store.append(conv, thread[5:])  # counted before: the counts they hold are kept
+    resumed, spy = spy_counter()  # a new process: a new store object and a new counter
+    loaded = open_store().load(conv)
+    assert loaded == thread
+    assert resumed.count_messages(loaded) == counter.count_messages(thread)
+    assert spy.tokenized(loaded) == []
+    recent = open_store().load_recent(conv, 4)
+    assert all(m.has_derived(_key(resumed)) for m in recent)
+
+
+def test_counts_made_later_are_kept_for_the_same_id_and_content(open_store: Any) -> None:
+    conv, thread = _conv(), _thread()
+    store = open_store()
+    store.append(conv, thread)  # nothing counted yet
+    assert not any(m.has_derived("tokens:tiktoken:cl100k_base") for m in store.load(conv))
+    converted = again(thread)  # a later process converts the checkpoint again
+    counter, _ = spy_counter()
+    store.put_counts(conv, converted[::2], counter=counter)  # counted, then kept
+    counter.count_messages(converted)
+    store.put_counts(conv, converted)  # the counts they hold are kept
+    resumed, spy = spy_counter()
+    loaded = open_store().load(conv)
+    assert resumed.count_messages(loaded) == counter.count_messages(thread)
+    assert spy.tokenized(loaded) == []
+    stored = open_store().stored_counts(conv)
+    assert stored.ids == {m.id for m in thread} and len(stored) == len(thread)
+    fresh = again(thread)
+    assert stored.fill(fresh) == len(thread)
+    assert [m.has_derived(_key(resumed)) for m in fresh] == [True] * len(thread)
+
+
+def test_a_count_is_kept_only_for_the_content_it_was_made_from(open_store: Any) -> None:
+    conv = _conv()
+    stored = cf.Message("tool", "fuel at 40%", tool_call_id="c1")
+    store = open_store()
+    store.append(conv, [cf.Message("user", "check the fuel"), stored])
+    counter, _ = spy_counter()
+    # Same id, other content (a framework replaced the message): no count is kept for it.
+    replaced = cf.Message("tool", "fuel at 95% after refuelling", tool_call_id="c1",
+                          id=stored.id)
+    counter.count_message(replaced)
+    store.put_counts(conv, [replaced])
+    # Same content, an id the conversation does not hold, or another conversation.
+    elsewhere = cf.Message("tool", "fuel at 40%", tool_call_id="c1")
+    counter.count_message(elsewhere)
+    store.put_counts(conv, [elsewhere])
+    store.put_counts(_conv(), again([stored]), counter=counter)
+    again_store = open_store()
+    assert len(again_store.stored_counts(conv)) == 0
+    assert again_store.stored_counts(conv).counts_of(replaced) == {}
+    resumed, spy = spy_counter()
+    loaded = again_store.load(conv)
+    resumed.count_messages(loaded)
+    assert spy.tokenized(loaded) == loaded  # nothing was kept: every message is counted
+
+
+def test_counts_never_cross_counter_names(open_store: Any) -> None:
+    conv, thread = _conv(), _thread()
+    counter, _ = spy_counter()
+    open_store().append(conv, thread, counter=counter)
+    encoding = spy_counter()[1]
+    approximate = ApproximateCounter("claude", encoding, 1.3, "a stated factor")  # type: ignore[arg-type]
+    loaded = open_store().load(conv)
+    approximate.count_messages(loaded)
+    assert encoding.tokenized(loaded) == loaded  # kept under another name: counted anew
+    stored = open_store().stored_counts(conv)
+    assert {name for m in again(thread) for name in stored.counts_of(m)} == {counter.name}
+
+
+def test_keeping_counts_leaves_the_stored_history_as_it_was(open_store: Any) -> None:
+    conv, thread = _conv(), _thread()
+    store = open_store()
+    store.append(conv, thread)
+    before = [message_to_dict(m) for m in store.load(conv)]
+    hits = [h.handle for h in store.search_messages(conv, "waypoint")]
+    store.put_counts(conv, again(thread), counter=spy_counter()[0])
+    assert [message_to_dict(m) for m in open_store().load(conv)] == before
+    assert [h.handle for h in open_store().search_messages(conv, "waypoint")] == hits
+    # and the caller's messages are not touched: ``thread`` holds no count
+    assert not any(m.has_derived(_key(spy_counter()[0])) for m in thread)
+
+
+def test_clear_drops_the_kept_counts(open_store: Any) -> None:
+    conv, thread = _conv(), _thread()
+    store = open_store()
+    store.append(conv, thread, counter=spy_counter()[0])
+    store.clear(conv)
+    store.append(conv, again(thread))  # the same ids and content, stored anew uncounted
+    assert len(open_store().stored_counts(conv)) == 0
+    resumed, spy = spy_counter()
+    loaded = open_store().load(conv)
+    resumed.count_messages(loaded)
+    assert spy.tokenized(loaded) == loaded
+
+
+def test_stored_ids_are_exact_even_where_a_column_cannot_hold_them(open_store: Any) -> None:
+    """A call loop tells what is stored by id: an id PostgreSQL text cannot hold (NUL) or
+    that is not UTF-8 (a lone surrogate) is read from the message itself."""
+    conv = _conv()
+    ids = ["nul\x00id", "nul id", "lone\ud800", "lone\ufffd", "plain"]
+    counter, _ = spy_counter()
+    open_store().append(conv, [cf.Message("user", f"m{i}", id=x) for i, x in enumerate(ids)],
+                        counter=counter)
+    stored = open_store().stored_counts(conv)
+    assert stored.ids == set(ids)
+    fresh = [cf.Message("user", f"m{i}", id=x) for i, x in enumerate(ids)]
+    assert stored.fill(fresh) == len(ids)
+
+
+@_FIXTURE_OK
+@given(batch=st.lists(messages, min_size=1, max_size=4))
+def test_restored_counts_equal_fresh_counts(
+    store: BaseStore, counter: cf.TokenCounter, batch: list[cf.Message]
+) -> None:
+    conv = _conv()
+    store.append(conv, batch, counter=counter)
+    for got, sent in zip(store.load(conv), batch, strict=True):
+        # A count comes back for every message that reads back as it was sent, and it is
+        # the count of a copy nothing has counted.
+        assert got.has_derived(_key(counter)) or got != sent
+        assert counter.count_message(got) == counter.count_message(again([got])[0])
 
 
 # -- search -------------------------------------------------------------------------------

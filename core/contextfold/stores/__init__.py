@@ -3,9 +3,11 @@
 ``MemoryStore`` for tests, ``SQLiteStore`` (stdlib, the default) for one process,
 ``PostgresStore`` (extra ``postgres``) for many workers; third-party stores implement the
 protocols (``HistoryStore`` and the capabilities they offer), our backends share
-``BaseStore``. ``search_tools`` and ``read_original_tool`` turn a store into
-framework-neutral tool specs the adapters wrap; originals behind handles live in the store
-or, without one, in a ``ReferenceCache``; summaries are cached by content hash.
+``BaseStore``. Our stores keep the token counts of the messages beside them
+(``CountStore``, ``StoredCounts``), so a resumed conversation is not tokenized again.
+``search_tools`` and ``read_original_tool`` turn a store into framework-neutral tool specs
+the adapters wrap; originals behind handles live in the store or, without one, in a
+``ReferenceCache``; summaries are cached by content hash.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ._base import (
     BaseStore,
     BroadcastStore,
+    CountStore,
     HistoryStore,
     ReferenceStore,
     SearchableStore,
@@ -23,6 +26,7 @@ from ._base import (
     SummaryStore,
     Tracer,
 )
+from ._counts import StoredCounts
 from ._memory import MemoryStore
 from ._postgres import PostgresStore
 from ._sqlite import SQLiteStore
@@ -67,6 +71,7 @@ __all__ = [
     "SEARCH_GUIDANCE",
     "BaseStore",
     "BroadcastStore",
+    "CountStore",
     "HistoryStore",
     "LRUSummaryCache",
     "MemoryStore",
@@ -77,6 +82,7 @@ __all__ = [
     "SearchHit",
     "SearchToolSpec",
     "SearchableStore",
+    "StoredCounts",
     "SummaryCache",
     "SummaryStore",
     "Tracer",

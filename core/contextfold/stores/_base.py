@@ -12,6 +12,8 @@ Capabilities are separate protocols so a user's own store needs only the part it
   ``join_swarm``.
 - ``SummaryStore``: ``get_summary``, ``put_summary`` (the compactor's summary cache).
 - ``ReferenceStore``: ``put_original``, ``get_original`` (full text behind a handle).
+- ``CountStore``: ``put_counts``, ``stored_counts`` (token counts kept with the messages,
+  so a resumed conversation is not tokenized again; see ``_counts.py``).
 
 Broadcasts are stored twice on purpose: once in the swarm's broadcast log (so
 ``search_broadcasts`` and the commander fallback see them) and once in each recipient's own
@@ -30,12 +32,14 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._messages.model import Message
 from ..errors import ConfigurationError
+from ._counts import StoredCounts, held_counts
 from ._protocols import (
     BroadcastStore,
+    CountStore,
     HistoryStore,
     ReferenceStore,
     SearchableStore,
@@ -45,9 +49,13 @@ from ._protocols import (
     Tracer,
 )
 
+if TYPE_CHECKING:
+    from .._counting.counters import TokenCounter
+
 __all__ = [
     "BaseStore",
     "BroadcastStore",
+    "CountStore",
     "HistoryStore",
     "ReferenceStore",
     "SearchHit",
@@ -104,24 +112,31 @@ class BaseStore(ABC):
 
     # -- HistoryStore -------------------------------------------------------------------
 
-    def append(self, conversation_id: str, messages: Sequence[Message]) -> None:
-        """Append ``messages`` in one transaction; durable when it returns."""
+    def append(
+        self, conversation_id: str, messages: Sequence[Message], *,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        """Append ``messages`` in one transaction; durable when it returns.
+
+        The token counts each message holds are kept with it (see :meth:`put_counts`);
+        with ``counter``, each message is counted first (its count is cached on it, as
+        counting does).
+        """
         _check_id("conversation_id", conversation_id)
-        batch = list(messages)
-        for i, message in enumerate(batch):
-            if not isinstance(message, Message):
-                raise ConfigurationError(
-                    f"messages[{i}] must be a contextfold Message, got {type(message).__name__}"
-                )
+        batch = _checked_messages(messages)
+        if counter is not None:
+            for message in batch:
+                counter.count_message(message)
         if batch:
             self._append(conversation_id, batch)
 
     def load(self, conversation_id: str) -> list[Message]:
-        """Every message of the conversation, oldest first."""
+        """Every message of the conversation, oldest first, with the token counts kept for
+        them already cached on them (counting those costs nothing)."""
         return self._load(_check_id("conversation_id", conversation_id), None)
 
     def load_recent(self, conversation_id: str, limit: int) -> list[Message]:
-        """The last ``limit`` messages, oldest first."""
+        """The last ``limit`` messages, oldest first (with their kept counts, as ``load``)."""
         _check_id("conversation_id", conversation_id)
         if _check_limit(limit) == 0:
             return []
@@ -134,6 +149,35 @@ class BaseStore(ABC):
     def clear(self, conversation_id: str) -> None:
         """Delete the conversation's messages and stored originals."""
         self._clear(_check_id("conversation_id", conversation_id))
+
+    # -- CountStore ---------------------------------------------------------------------
+
+    def put_counts(
+        self, conversation_id: str, messages: Sequence[Message], *,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        """Keep the token counts ``messages`` hold (counted with ``counter`` first when
+        given) with the conversation's stored messages of the same id and content.
+
+        A message the conversation does not hold, or holds with other content (checked by
+        the digest of its stored form), gets none; a count already kept under a counter
+        name stays. Counts are a cache: the stored messages are unchanged, and the SQL
+        stores commit them without waiting for the disk (a power cut may lose the last
+        ones: they are then counted again).
+        """
+        _check_id("conversation_id", conversation_id)
+        batch = _checked_messages(messages)
+        if counter is not None:
+            for message in batch:
+                counter.count_message(message)
+        kept = [(m, held) for m in batch if (held := held_counts(m))]
+        if kept:
+            self._put_counts(conversation_id, kept)
+
+    def stored_counts(self, conversation_id: str) -> StoredCounts:
+        """The conversation's stored message ids and the counts kept for them, without
+        decoding its messages (what a resumed call loop needs)."""
+        return self._stored_counts(_check_id("conversation_id", conversation_id))
 
     # -- SearchableStore ----------------------------------------------------------------
 
@@ -265,6 +309,14 @@ class BaseStore(ABC):
     def _load(self, conversation_id: str, limit: int | None) -> list[Message]: ...
 
     @abstractmethod
+    def _put_counts(
+        self, conversation_id: str, batch: list[tuple[Message, dict[str, int]]]
+    ) -> None: ...
+
+    @abstractmethod
+    def _stored_counts(self, conversation_id: str) -> StoredCounts: ...
+
+    @abstractmethod
     def _system_message(self, conversation_id: str) -> Message | None: ...
 
     @abstractmethod
@@ -307,6 +359,16 @@ class BaseStore(ABC):
 
     @abstractmethod
     def _get_original(self, conversation_id: str, handle: str) -> str | None: ...
+
+
+def _checked_messages(messages: Sequence[Message]) -> list[Message]:
+    batch = list(messages)
+    for i, message in enumerate(batch):
+        if not isinstance(message, Message):
+            raise ConfigurationError(
+                f"messages[{i}] must be a contextfold Message, got {type(message).__name__}"
+            )
+    return batch
 
 
 def _check_text(text: object) -> str:

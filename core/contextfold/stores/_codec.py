@@ -13,6 +13,7 @@ Decoding is strict: a document that does not have the expected shape raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -23,7 +24,8 @@ from .._messages.model import ContentPart, ImagePart, Message, OpaquePart, Role,
 from ..errors import CorruptRowError, StoreError
 
 __all__ = [
-    "CodecError", "decode", "decode_row", "dumps", "encode", "indexable", "loads", "search_text",
+    "CodecError", "body_digest", "decode", "decode_row", "dumps", "encode", "indexable", "loads",
+    "search_text", "stored_digest", "stored_form",
 ]
 
 FORMAT = 1
@@ -65,13 +67,56 @@ def encode(message: Message) -> dict[str, Any]:
 def dumps(message: Message) -> str:
     """``message`` as compact JSON text, valid UTF-8 even when a string holds a lone
     surrogate (then every non-ASCII character is escaped, which JSON reads back exactly)."""
+    return _dumps(message)[0]
+
+
+def _dumps(message: Message) -> tuple[str, bool]:
+    """``dumps(message)``, and whether its surrogates had to be escaped."""
     doc = encode(message)
     text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(doc, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return text
+        return json.dumps(doc, ensure_ascii=True, separators=(",", ":"), allow_nan=False), True
+    return text, False
+
+
+def stored_form(message: Message) -> tuple[str, str, bool]:
+    """What a store keeps of ``message``: its JSON text, the digest of that text (what the
+    stores key token counts with: :func:`stored_digest`), and whether it reads back as
+    ``message`` itself (equal content), so that the counts ``message`` holds are counts of
+    the stored content.
+
+    It does, except for text holding a surrogate pair as two code points, which reads back
+    as the one character it encodes (see the module docstring)."""
+    text, escaped = _dumps(message)
+    digest = body_digest(text)
+    same = not escaped or loads(text) == message
+    message.derived(_DIGEST, lambda _message: digest if same else None)
+    return text, digest, same
+
+
+def body_digest(text: str) -> str:
+    """The digest of a stored message's JSON text (BLAKE2b, 32 hex digits)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def stored_digest(message: Message) -> str | None:
+    """A digest of a stored text that holds exactly ``message``'s content, so a stored row
+    whose body has this digest holds it: for a message read from a store, the digest of
+    the text it was read from; else that of the text a store keeps for it, when that text
+    reads back as ``message`` (``None`` when it does not). Computed once per message."""
+    if not message.has_derived(_DIGEST):
+        stored_form(message)
+    return message.derived(_DIGEST, _stored_digest)
+
+
+def _stored_digest(message: Message) -> str | None:  # pragma: no cover - set by stored_form
+    _, digest, same = stored_form(message)
+    return digest if same else None
+
+
+_DIGEST = "stored_digest"
 
 
 def indexable(text: str | None) -> str | None:
@@ -154,11 +199,15 @@ def decode_row(table: str, row_id: object, body: object) -> Message:
     try:
         if not isinstance(body, (str, bytes)):
             raise CodecError(f"body must be text, got {type(body).__name__}")
-        return loads(body)
+        message = loads(body)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CorruptRowError(
             f"row {row_id} of table {table} cannot be decoded: {exc}"
         ) from exc
+    # The row holds exactly this message's content: its body's digest says so.
+    digest = body_digest(body if isinstance(body, str) else body.decode("utf-8", "replace"))
+    message.derived(_DIGEST, lambda _message: digest)
+    return message
 
 
 def decode(doc: Any) -> Message:

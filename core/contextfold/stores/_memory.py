@@ -1,9 +1,14 @@
 """``MemoryStore``: the whole contract in process memory, for tests and short scripts.
 
-Nothing survives the process. Search has the stores' one semantics: every whitespace-separated
-term of the query must appear as a phrase of its words, each word matched by its Porter stem
-(as SQLite's FTS5 ``porter`` tokenizer and PostgreSQL's English configuration match them),
-ranked with BM25 over the stems.
+Nothing survives the process. The store keeps its own copy of each appended message and
+loads copies of it, so the caller's objects and the store's are never the same: the copy
+holds the token counts the message held when appended, and those kept later
+(``put_counts``); counting a loaded message keeps nothing, as with the SQL stores.
+
+Search has the stores' one semantics: every whitespace-separated term of the query must
+appear as a phrase of its words, each word matched by its Porter stem (as SQLite's FTS5
+``porter`` tokenizer and PostgreSQL's English configuration match them), ranked with BM25
+over the stems.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from typing import Literal
 
 import snowballstemmer
 
-from .._messages.model import Message
+from .._messages.model import Message, _with_id
 from ._base import BaseStore, SearchHit, SearchKind
-from ._codec import encode, search_text
+from ._codec import encode, search_text, stored_digest
+from ._counts import StoredCounts, restore_counts
 from ._snippet import make_snippet, snippet_pattern
 
 __all__ = ["MemoryStore"]
@@ -45,6 +51,7 @@ class MemoryStore(BaseStore):
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._rows: dict[str, list[_Row]] = {}
+        self._by_message: dict[tuple[str, str], list[_Row]] = {}  # (conversation, message id)
         self._next_position: dict[str, int] = {}
         self._broadcasts: dict[str, list[_Row]] = {}
         self._by_id: dict[tuple[str, int], _Row] = {}
@@ -65,8 +72,9 @@ class MemoryStore(BaseStore):
             rows = self._rows.setdefault(conversation_id, [])
             position = self._next_position.get(conversation_id, 0)
             for message in messages:
-                row = _Row(self._next_row, conversation_id, position, message)
+                row = _Row(self._next_row, conversation_id, position, _copy(message))
                 rows.append(row)
+                self._by_message.setdefault((conversation_id, message.id), []).append(row)
                 self._by_id["m", row.row_id] = row
                 self._next_row += 1
                 position += 1
@@ -76,19 +84,34 @@ class MemoryStore(BaseStore):
         with self._lock:
             rows = self._rows.get(conversation_id, [])
             chosen = rows if limit is None else rows[-limit:]
-            return [r.message for r in chosen]
+            return [_copy(r.message) for r in chosen]
+
+    def _put_counts(self, conversation_id: str,
+                    batch: list[tuple[Message, dict[str, int]]]) -> None:
+        with self._lock:
+            for message, held in batch:
+                digest = stored_digest(message)
+                for row in self._by_message.get((conversation_id, message.id), ()):
+                    if digest is not None and stored_digest(row.message) == digest:
+                        restore_counts(row.message, held)
+
+    def _stored_counts(self, conversation_id: str) -> StoredCounts:
+        with self._lock:
+            messages = [r.message for r in self._rows.get(conversation_id, [])]
+        return StoredCounts.of_messages(messages)
 
     def _system_message(self, conversation_id: str) -> Message | None:
         with self._lock:
             for row in self._rows.get(conversation_id, []):
                 if row.message.role in _SYSTEM_ROLES:
-                    return row.message
+                    return _copy(row.message)
         return None
 
     def _clear(self, conversation_id: str) -> None:
         with self._lock:
             for row in self._rows.pop(conversation_id, []):
                 del self._by_id["m", row.row_id]
+                self._by_message.pop((conversation_id, row.message.id), None)
             self._next_position.pop(conversation_id, None)
             for key in [k for k in self._originals if k[0] == conversation_id]:
                 del self._originals[key]
@@ -107,7 +130,7 @@ class MemoryStore(BaseStore):
         pattern = snippet_pattern(terms)
         hits = [
             SearchHit(
-                message=rows[i].message, conversation_id=owner, position=rows[i].position,
+                message=_copy(rows[i].message), conversation_id=owner, position=rows[i].position,
                 role=rows[i].message.role, source=rows[i].message.source,
                 snippet=make_snippet(texts[i], pattern), created_at=rows[i].message.created_at,
                 score=score, handle=f"{prefix}:{rows[i].row_id}",
@@ -120,7 +143,7 @@ class MemoryStore(BaseStore):
     def _fetch(self, kind: Literal["m", "b"], row_id: int) -> tuple[str, Message] | None:
         with self._lock:
             row = self._by_id.get((kind, row_id))
-        return None if row is None else (row.owner, row.message)
+        return None if row is None else (row.owner, _copy(row.message))
 
     # -- broadcasts -------------------------------------------------------------------------
 
@@ -151,7 +174,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             for row in reversed(self._rows.get(conversation_id, [])):
                 if row.message.source == "broadcast":
-                    return row.message
+                    return _copy(row.message)
         return None
 
     def _latest_commander_broadcast(self, swarm_ids: Iterable[str]) -> Message | None:
@@ -177,6 +200,12 @@ class MemoryStore(BaseStore):
 
     def _get_original(self, conversation_id: str, handle: str) -> str | None:
         return self._originals.get((conversation_id, handle))
+
+
+def _copy(message: Message) -> Message:
+    """An equal message with the same id and what is cached on it, as another object: the
+    store's messages and its callers' are never the same objects."""
+    return _with_id(message, message.id)
 
 
 def _text(kind: SearchKind, message: Message) -> str:

@@ -34,6 +34,7 @@ class T:
     summaries = quote_identifier("contextfold_summaries")
     originals = quote_identifier("contextfold_originals")
     counters = quote_identifier("contextfold_conversations")
+    token_counts = quote_identifier("contextfold_token_counts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +181,33 @@ _POSTGRES_V1 = (
         PRIMARY KEY ("conversation_id", "handle"))""",
 )
 
+# Version 2: token counts kept with the messages (``_counts.py``), in their own table, one
+# row per message row and counter name. Each message row gets the digest of its body, so
+# that a count added later is kept only for the exact content it was made from (rows of
+# version 1 get theirs the first time a count is added for them). A change to how
+# contextfold's own counters count a message must come with a migration that deletes the
+# kept counts of those counters.
+_SQLITE_V2 = (
+    f'ALTER TABLE {T.messages} ADD COLUMN "digest" TEXT',
+    f"""CREATE TABLE {T.token_counts} (
+        "message" INTEGER NOT NULL REFERENCES {T.messages} ("id") ON DELETE CASCADE,
+        "counter" TEXT NOT NULL,
+        "tokens" INTEGER NOT NULL,
+        PRIMARY KEY ("message", "counter")) WITHOUT ROWID""",
+)
+
+_POSTGRES_V2 = (
+    f'ALTER TABLE {T.messages} ADD COLUMN "digest" TEXT',
+    f"""CREATE TABLE {T.token_counts} (
+        "message" BIGINT NOT NULL REFERENCES {T.messages} ("id") ON DELETE CASCADE,
+        "counter" TEXT NOT NULL,
+        "tokens" BIGINT NOT NULL,
+        PRIMARY KEY ("message", "counter"))""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1, _POSTGRES_V1),
+    Migration(2, "token counts kept with messages", _SQLITE_V2, _POSTGRES_V2),
 )
 """Every migration, in order. Append new ones; never edit an applied one."""
 

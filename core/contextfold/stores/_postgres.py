@@ -13,6 +13,10 @@ never imports SQLAlchemy, and without it ``PostgresStore(...)`` raises
   ranked by ``ts_rank_cd``, snippets from ``ts_headline``.
 - Migrations run under a transaction-scoped advisory lock, so workers starting together
   apply each one once.
+- Token counts are kept in their own table beside the messages (``_counts.py``); counts
+  added after the messages were stored are a cache, committed with
+  ``synchronous_commit = off`` (a crash of the server may lose the last ones, which are
+  then counted again).
 - SQLAlchemy errors become ``StoreError`` in ``_guard``, the one boundary.
 """
 
@@ -26,7 +30,8 @@ from .._messages.model import Message
 from .._optional import require
 from ..errors import ConfigurationError, StoreError
 from ._base import BaseStore, SearchHit, SearchKind, Tracer
-from ._codec import decode_row, dumps, indexable, search_text
+from ._codec import decode_row, indexable, search_text, stored_digest, stored_form
+from ._counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
 from ._migrations import LATEST, MIGRATIONS, MIGRATIONS_TABLE_POSTGRES, T, check_version
 
 if TYPE_CHECKING:
@@ -41,14 +46,41 @@ _BUMP = f"""INSERT INTO {T.counters} ("conversation_id", "next_position") VALUES
     SET "next_position" = {T.counters}."next_position" + EXCLUDED."next_position"
     RETURNING "next_position\""""
 _INSERT = f"""INSERT INTO {T.messages} ("conversation_id", "position", "message_id", "role",
-    "source", "sender_id", "created_at", "search_text", "reasoning", "body")
+    "source", "sender_id", "created_at", "search_text", "reasoning", "body", "digest")
     VALUES (:cid, :position, :message_id, :role, :source, :sender_id, :created_at,
-    :search_text, :reasoning, :body)"""
-_RANGE = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = :cid
+    :search_text, :reasoning, :body, :digest)"""
+_RANGE = f"""SELECT "id", "body", "position" FROM {T.messages} WHERE "conversation_id" = :cid
     ORDER BY "position\""""
-_RECENT = f"""SELECT "id", "body" FROM (SELECT "id", "body", "position" FROM {T.messages}
-    WHERE "conversation_id" = :cid ORDER BY "position" DESC LIMIT :limit) AS r
-    ORDER BY "position\""""
+_RECENT = f"""SELECT "id", "body", "position" FROM (SELECT "id", "body", "position"
+    FROM {T.messages} WHERE "conversation_id" = :cid ORDER BY "position" DESC LIMIT :limit)
+    AS r ORDER BY "position\""""
+
+# Token counts (``_counts.py``): each statement handles a whole batch (arrays unnested).
+_INSERT_COUNTS = f"""INSERT INTO {T.token_counts} ("message", "counter", "tokens")
+    SELECT m."id", k."counter", k."tokens" FROM unnest(CAST(:positions AS bigint[]),
+        CAST(:counters AS text[]), CAST(:tokens AS bigint[])) AS k("position", "counter", "tokens")
+    JOIN {T.messages} AS m ON m."conversation_id" = :cid AND m."position" = k."position"
+    ON CONFLICT ("message", "counter") DO NOTHING"""
+_SELECT_COUNTS = f"""SELECT c."message", c."counter", c."tokens" FROM {T.token_counts} AS c
+    JOIN {T.messages} AS m ON m."id" = c."message"
+    WHERE m."conversation_id" = :cid AND m."position" >= :first"""
+_PUT_COUNTS = f"""INSERT INTO {T.token_counts} ("message", "counter", "tokens")
+    SELECT m."id", k."counter", k."tokens" FROM unnest(CAST(:ids AS text[]),
+        CAST(:digests AS text[]), CAST(:counters AS text[]), CAST(:tokens AS bigint[]))
+        AS k("message_id", "digest", "counter", "tokens")
+    JOIN {T.messages} AS m ON m."conversation_id" = :cid AND m."message_id" = k."message_id"
+        AND m."digest" = k."digest"
+    ON CONFLICT ("message", "counter") DO NOTHING"""
+_UNDIGESTED = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = :cid
+    AND "digest" IS NULL AND "message_id" = ANY(CAST(:ids AS text[]))"""
+_SET_DIGESTS = f"""UPDATE {T.messages} AS m SET "digest" = k."digest"
+    FROM unnest(CAST(:rows AS bigint[]), CAST(:digests AS text[])) AS k("id", "digest")
+    WHERE m."id" = k."id\""""
+_STORED_COUNTS = f"""SELECT m."id", m."message_id", m."digest", c."counter", c."tokens",
+    CASE WHEN strpos(m."message_id", ' ') > 0 OR strpos(m."message_id", chr(65533)) > 0
+        THEN m."body" END
+    FROM {T.messages} AS m LEFT JOIN {T.token_counts} AS c ON c."message" = m."id"
+    WHERE m."conversation_id" = :cid"""
 _SYSTEM = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = :cid
     AND "role" IN ('system', 'developer') ORDER BY "position" LIMIT 1"""
 _LATEST_BROADCAST = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = :cid
@@ -187,22 +219,56 @@ class PostgresStore(BaseStore):
         with self._begin() as conn:
             self._insert(conn, conversation_id, encoded)
 
-    def _insert(self, conn: Connection, conversation_id: str,
-                encoded: list[dict[str, Any]]) -> None:
+    def _insert(self, conn: Connection, conversation_id: str, encoded: list[_Encoded]) -> None:
         end = conn.execute(self._text(_BUMP), {"cid": conversation_id, "n": len(encoded)}
                            ).scalar_one()
         start = end - len(encoded)
         conn.execute(self._text(_INSERT), [
             {"cid": conversation_id, "position": start + i, **row}
-            for i, row in enumerate(encoded)
+            for i, (row, _) in enumerate(encoded)
         ])
+        counts = [(start + i, name, tokens)
+                  for i, (_, held) in enumerate(encoded) for name, tokens in held.items()]
+        if counts:
+            positions, counters, tokens = (list(column) for column in zip(*counts, strict=True))
+            conn.execute(self._text(_INSERT_COUNTS), {
+                "cid": conversation_id, "positions": positions, "counters": counters,
+                "tokens": tokens})
 
     def _load(self, conversation_id: str, limit: int | None) -> list[Message]:
-        if limit is None:
-            rows = self._rows(_RANGE, cid=conversation_id)
-        else:
-            rows = self._rows(_RECENT, cid=conversation_id, limit=limit)
-        return [decode_row(T.messages, r[0], r[1]) for r in rows]
+        with self._begin() as conn:
+            if limit is None:
+                rows = conn.execute(self._text(_RANGE), {"cid": conversation_id}).fetchall()
+            else:
+                rows = conn.execute(self._text(_RECENT),
+                                    {"cid": conversation_id, "limit": limit}).fetchall()
+            counts = conn.execute(self._text(_SELECT_COUNTS), {
+                "cid": conversation_id, "first": rows[0][2]}).fetchall() if rows else []
+        messages = [decode_row(T.messages, r[0], r[1]) for r in rows]
+        restore_rows(T.token_counts, {r[0]: m for r, m in zip(rows, messages, strict=True)},
+                     counts)
+        return messages
+
+    def _put_counts(self, conversation_id: str,
+                    batch: list[tuple[Message, dict[str, int]]]) -> None:
+        rows = [(_no_nul(m.id), digest, name, tokens) for m, held in batch
+                if (digest := stored_digest(m)) is not None for name, tokens in held.items()]
+        if not rows:
+            return
+        ids, digests, counters, tokens = (list(column) for column in zip(*rows, strict=True))
+        with self._begin() as conn:
+            conn.execute(self._text("SET LOCAL synchronous_commit = off"))
+            old = digests_of(conn.execute(self._text(_UNDIGESTED), {
+                "cid": conversation_id, "ids": sorted(set(ids))}).fetchall())
+            if old:  # rows of schema 1 get their digest, once
+                conn.execute(self._text(_SET_DIGESTS), {
+                    "rows": [row_id for row_id, _ in old], "digests": [d for _, d in old]})
+            conn.execute(self._text(_PUT_COUNTS), {
+                "cid": conversation_id, "ids": ids, "digests": digests, "counters": counters,
+                "tokens": tokens})
+
+    def _stored_counts(self, conversation_id: str) -> StoredCounts:
+        return stored_counts_of(self._rows(_STORED_COUNTS, cid=conversation_id))
 
     def _first(self, table: str, sql: str, **params: Any) -> Message | None:
         rows = self._rows(sql, **params)
@@ -212,7 +278,7 @@ class PostgresStore(BaseStore):
         return self._first(T.messages, _SYSTEM, cid=conversation_id)
 
     def _clear(self, conversation_id: str) -> None:
-        with self._begin() as conn:
+        with self._begin() as conn:  # the messages' counts go with them (ON DELETE CASCADE)
             for table in (T.counters, T.messages, T.originals):
                 conn.execute(self._text(f'DELETE FROM {table} WHERE "conversation_id" = :cid'),
                              {"cid": conversation_id})
@@ -268,7 +334,7 @@ class PostgresStore(BaseStore):
             'ORDER BY "swarm_id"', c=conversation_id)]
 
     def _broadcast(self, swarm_id: str, message: Message, recipients: list[str]) -> None:
-        row = _encode(message)
+        row, _ = _encode(message)
         with self._begin() as conn:
             conn.execute(self._text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
                          {"k": "contextfold-swarm:" + swarm_id})
@@ -282,7 +348,7 @@ class PostgresStore(BaseStore):
                  "body": row["body"]})
             for conversation_id in recipients:
                 self._join(conn, conversation_id, swarm_id)
-                self._insert(conn, conversation_id, [row])
+                self._insert(conn, conversation_id, [(row, {})])
 
     def _latest_broadcast(self, conversation_id: str) -> Message | None:
         return self._first(T.messages, _LATEST_BROADCAST, cid=conversation_id)
@@ -320,9 +386,14 @@ class PostgresStore(BaseStore):
         return str(rows[0][0]) if rows else None
 
 
-def _encode(message: Message) -> dict[str, Any]:
-    """Column values for ``_INSERT``; NUL, which PostgreSQL text cannot hold, is dropped
-    from the indexed and queried copies (the JSON body keeps the exact message)."""
+_Encoded = tuple[dict[str, Any], dict[str, int]]
+
+
+def _encode(message: Message) -> _Encoded:
+    """Column values for ``_INSERT`` and the counts to keep with the row (those the message
+    holds, when the row holds it as it is). NUL, which PostgreSQL text cannot hold, is
+    dropped from the indexed and queried copies (the JSON body keeps the exact message)."""
+    body, digest, same = stored_form(message)
     return {
         "message_id": _no_nul(message.id),
         "role": message.role,
@@ -331,8 +402,9 @@ def _encode(message: Message) -> dict[str, Any]:
         "created_at": message.created_at.isoformat() if message.created_at else None,
         "search_text": _no_nul(search_text(message)),
         "reasoning": _no_nul(message.reasoning),
-        "body": dumps(message),
-    }
+        "body": body,
+        "digest": digest,
+    }, held_counts(message) if same else {}
 
 
 def _no_nul(text: str | None) -> str | None:

@@ -12,9 +12,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .._messages.model import Message, Role
+from ._counts import StoredCounts
 
 __all__ = [
     "BroadcastStore",
+    "CountStore",
     "HistoryStore",
     "ReferenceStore",
     "SearchHit",
@@ -149,6 +151,21 @@ class SummaryStore(Protocol):
 
     def put_summary(self, key: str, text: str) -> None:
         """Store (or replace) the summary under ``key``."""
+        ...
+
+
+@runtime_checkable
+class CountStore(Protocol):
+    """Token counts kept with the stored messages, per counter name, so that a process
+    resuming a conversation does not tokenize its history again."""
+
+    def put_counts(self, conversation_id: str, messages: Sequence[Message]) -> None:
+        """Keep the counts ``messages`` hold with the stored messages of the same id and
+        content (none for a message the conversation does not hold as it is)."""
+        ...
+
+    def stored_counts(self, conversation_id: str) -> StoredCounts:
+        """The stored message ids and the counts kept for them."""
         ...
 
 

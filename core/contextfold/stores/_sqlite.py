@@ -8,11 +8,16 @@
   every statement before it runs.
 - FTS5 indexes (Porter stemming) over message text and over reasoning, ranked by BM25.
   Each query term is quoted as an FTS5 phrase, so operators in user text are plain words.
+- Token counts are kept in their own table beside the messages (``_counts.py``); counts
+  added after the messages were stored are a cache, committed without waiting for the
+  disk (``synchronous=NORMAL`` for that transaction: a killed process keeps them, a power
+  loss may lose the last ones, which are then counted again).
 - ``sqlite3.Error`` becomes ``StoreError`` in ``_guard``, the one boundary.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -25,22 +30,43 @@ from typing import Any, Literal
 from .._messages.model import Message
 from ..errors import ConfigurationError, StoreError
 from ._base import BaseStore, SearchHit, SearchKind, Tracer
-from ._codec import decode_row, dumps, indexable, search_text
+from ._codec import decode_row, indexable, search_text, stored_digest, stored_form
+from ._counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
 from ._migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
 from ._snippet import make_snippet, snippet_pattern
 
 __all__ = ["SQLiteStore", "fts_query", "search_sql"]
 
 _INSERT_MESSAGE = f"""INSERT INTO {T.messages} ("conversation_id", "position", "message_id",
-    "role", "source", "sender_id", "created_at", "search_text", "reasoning", "body")
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    "role", "source", "sender_id", "created_at", "search_text", "reasoning", "body",
+    "digest") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 _NEXT_POSITION = f"""SELECT COALESCE(MAX("position"), -1) + 1 FROM {T.messages}
     WHERE "conversation_id" = ?"""
-_SELECT_ALL = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = ?
-    ORDER BY "position\""""
-_SELECT_RECENT = f"""SELECT "id", "body" FROM (SELECT "id", "body", "position"
+_SELECT_ALL = f"""SELECT "id", "body", "position" FROM {T.messages}
+    WHERE "conversation_id" = ? ORDER BY "position\""""
+_SELECT_RECENT = f"""SELECT "id", "body", "position" FROM (SELECT "id", "body", "position"
     FROM {T.messages} WHERE "conversation_id" = ? ORDER BY "position" DESC LIMIT ?)
     ORDER BY "position\""""
+
+# Token counts (``_counts.py``): binds in the order of each statement's placeholders.
+_INSERT_COUNT = f"""INSERT INTO {T.token_counts} ("message", "counter", "tokens")
+    SELECT "id", ?, ? FROM {T.messages} WHERE "conversation_id" = ? AND "position" = ?
+    ON CONFLICT ("message", "counter") DO NOTHING"""
+_SELECT_COUNTS = f"""SELECT c."message", c."counter", c."tokens" FROM {T.token_counts} AS c
+    JOIN {T.messages} AS m ON m."id" = c."message"
+    WHERE m."conversation_id" = ? AND m."position" >= ?"""
+_PUT_COUNT = f"""INSERT INTO {T.token_counts} ("message", "counter", "tokens")
+    VALUES (?, ?, ?) ON CONFLICT ("message", "counter") DO NOTHING"""
+_ROWS_OF = f"""SELECT "id", "message_id", "digest",
+    CASE WHEN "digest" IS NULL THEN "body" END FROM {T.messages}
+    WHERE "conversation_id" = ? AND "message_id" IN (SELECT "value" FROM json_each(?))"""
+_SET_DIGEST = f'UPDATE {T.messages} SET "digest" = ? WHERE "id" = ?'
+_STORED_COUNTS = f"""SELECT m."id", m."message_id", m."digest", c."counter", c."tokens",
+    CASE WHEN instr(m."message_id", char(65533)) > 0 THEN m."body" END
+    FROM {T.messages} AS m LEFT JOIN {T.token_counts} AS c ON c."message" = m."id"
+    WHERE m."conversation_id" = ?"""
+_CLEAR_COUNTS = f"""DELETE FROM {T.token_counts} WHERE "message" IN
+    (SELECT "id" FROM {T.messages} WHERE "conversation_id" = ?)"""
 _SELECT_SYSTEM = f"""SELECT "id", "body" FROM {T.messages} WHERE "conversation_id" = ?
     AND "role" IN ('system', 'developer') ORDER BY "position" LIMIT 1"""
 _SELECT_LATEST_BROADCAST = f"""SELECT "id", "body" FROM {T.messages}
@@ -150,6 +176,18 @@ class SQLiteStore(BaseStore):
                     self._exec("ROLLBACK")
                 raise
 
+    @contextmanager
+    def _cache_write(self) -> Iterator[None]:
+        """A write transaction whose commit does not wait for the disk (WAL with
+        ``synchronous=NORMAL``): for what may be lost to a power cut and made again."""
+        with self._lock:
+            self._exec("PRAGMA synchronous = NORMAL")
+            try:
+                with self._write():
+                    yield
+            finally:
+                self._exec("PRAGMA synchronous = FULL")
+
     def _check_recorded_version(self) -> None:
         """Refuse a newer schema with reads only."""
         exists = self._rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
@@ -205,20 +243,55 @@ class SQLiteStore(BaseStore):
         with self._write():
             self._insert(conversation_id, encoded)
 
-    def _insert(self, conversation_id: str, encoded: list[tuple[Any, ...]]) -> None:
+    def _insert(self, conversation_id: str, encoded: list[_Encoded]) -> None:
         start = self._rows(_NEXT_POSITION, (conversation_id,))[0][0]
-        params = [(conversation_id, start + i, *row) for i, row in enumerate(encoded)]
+        params = [(conversation_id, start + i, *row) for i, (row, _) in enumerate(encoded)]
+        counts = [(name, tokens, conversation_id, start + i)
+                  for i, (_, held) in enumerate(encoded) for name, tokens in held.items()]
+        self._executemany(_INSERT_MESSAGE, params)
+        if counts:
+            self._executemany(_INSERT_COUNT, counts)
+
+    def _executemany(self, sql: str, params: list[tuple[Any, ...]]) -> None:
         if self.tracer is not None:
-            self.tracer(_INSERT_MESSAGE, params)
+            self.tracer(sql, params)
         with _guard():
-            self._conn.executemany(_INSERT_MESSAGE, params)
+            self._conn.executemany(sql, params)
 
     def _load(self, conversation_id: str, limit: int | None) -> list[Message]:
-        if limit is None:
-            rows = self._rows(_SELECT_ALL, (conversation_id,))
-        else:
-            rows = self._rows(_SELECT_RECENT, (conversation_id, limit))
-        return self._decode(T.messages, rows)
+        with self._lock:
+            self._exec("BEGIN")  # one snapshot for the messages and their counts
+            try:
+                if limit is None:
+                    rows = self._rows(_SELECT_ALL, (conversation_id,))
+                else:
+                    rows = self._rows(_SELECT_RECENT, (conversation_id, limit))
+                counts = self._rows(_SELECT_COUNTS, (conversation_id, rows[0][2])) \
+                    if rows else []
+            finally:
+                self._exec("COMMIT")
+        messages = self._decode(T.messages, rows)
+        restore_rows(T.token_counts, {row[0]: m for row, m in zip(rows, messages, strict=True)},
+                     counts)
+        return messages
+
+    def _put_counts(self, conversation_id: str,
+                    batch: list[tuple[Message, dict[str, int]]]) -> None:
+        wanted = _wanted(batch)
+        if not wanted:
+            return
+        ids = json.dumps(sorted({key for key, _ in wanted}))
+        with self._cache_write():
+            rows = self._rows(_ROWS_OF, (conversation_id, ids))
+            found = dict(digests_of((row[0], row[3]) for row in rows if row[2] is None))
+            if found:  # rows of schema 1 get their digest, once
+                self._executemany(_SET_DIGEST, [(d, row_id) for row_id, d in found.items()])
+            self._executemany(_PUT_COUNT, [
+                (row_id, name, tokens) for row_id, key, digest, _ in rows
+                for name, tokens in wanted.get((key, digest or found[row_id]), {}).items()])
+
+    def _stored_counts(self, conversation_id: str) -> StoredCounts:
+        return stored_counts_of(self._rows(_STORED_COUNTS, (conversation_id,)))
 
     def _system_message(self, conversation_id: str) -> Message | None:
         found = self._decode(T.messages, self._rows(_SELECT_SYSTEM, (conversation_id,)))
@@ -226,6 +299,7 @@ class SQLiteStore(BaseStore):
 
     def _clear(self, conversation_id: str) -> None:
         with self._write():
+            self._exec(_CLEAR_COUNTS, (conversation_id,))
             self._exec(f'DELETE FROM {T.messages} WHERE "conversation_id" = ?',
                        (conversation_id,))
             self._exec(f'DELETE FROM {T.originals} WHERE "conversation_id" = ?',
@@ -294,7 +368,7 @@ class SQLiteStore(BaseStore):
         return [r[0] for r in rows]
 
     def _broadcast(self, swarm_id: str, message: Message, recipients: list[str]) -> None:
-        encoded = _encode(message)
+        encoded, _ = _encode(message)
         with self._write():
             position = self._rows(
                 f'SELECT COALESCE(MAX("position"), -1) + 1 FROM {T.broadcasts} '
@@ -307,7 +381,7 @@ class SQLiteStore(BaseStore):
             )
             for conversation_id in recipients:
                 self._join_swarm(conversation_id, swarm_id)
-                self._insert(conversation_id, [encoded])
+                self._insert(conversation_id, [(encoded, {})])
 
     def _latest_broadcast(self, conversation_id: str) -> Message | None:
         found = self._decode(T.messages,
@@ -348,12 +422,29 @@ class SQLiteStore(BaseStore):
         return str(rows[0][0]) if rows else None
 
 
-def _encode(message: Message) -> tuple[Any, ...]:
-    """Column values after (conversation_id, position), in ``_INSERT_MESSAGE`` order."""
+_Encoded = tuple[tuple[Any, ...], dict[str, int]]
+
+
+def _wanted(batch: list[tuple[Message, dict[str, int]]]) -> dict[tuple[str, str], dict[str, int]]:
+    """The counts to keep by (id column, digest of the stored body); a message that does
+    not read back as itself has no such row."""
+    wanted: dict[tuple[str, str], dict[str, int]] = {}
+    for message, held in batch:
+        digest = stored_digest(message)
+        if digest is not None:
+            wanted.setdefault((indexable(message.id) or "", digest), {}).update(held)
+    return wanted
+
+
+def _encode(message: Message) -> _Encoded:
+    """Column values after (conversation_id, position), in ``_INSERT_MESSAGE`` order, and
+    the counts to keep with the row (those the message holds, when the row holds it as it
+    is)."""
     created = message.created_at.isoformat() if message.created_at else None
+    body, digest, same = stored_form(message)
     return (indexable(message.id), message.role, indexable(message.source),
             indexable(message.sender_id), created, search_text(message),
-            indexable(message.reasoning), dumps(message))
+            indexable(message.reasoning), body, digest), held_counts(message) if same else {}
 
 
 def _now() -> str:

@@ -12,7 +12,10 @@ full history; ``get`` returns the compacted, valid view a Compactor builds from 
   engine adds after the history, and ``reserved_tokens`` for what else it adds (a
   ``ContextChatEngine``'s retrieved context and template);
 * successive ``get`` calls reuse the compacted prefix and count only the new messages,
-  so a conversation of n messages costs O(n) in total, not O(n^2).
+  so a conversation of n messages costs O(n) in total, not O(n^2);
+* the token counts a ``get`` makes are kept in the store beside the messages (when it
+  keeps counts, as contextfold's stores do), so a memory that loads the session again in
+  another process does not tokenize what was counted (the stored history is unchanged).
 
 The memory is truthy even when empty (agents test ``memory or default``), and
 ``to_dict``/``from_dict`` are JSON-safe so it survives a workflow ``Context`` round trip.
@@ -31,6 +34,7 @@ from pydantic import Field, PrivateAttr
 
 import contextfold as cf
 from contextfold.errors import ConfigurationError
+from contextfold.integration import CountKeeper
 from contextfold.policy import Policy
 
 from . import _serde
@@ -217,6 +221,7 @@ class CompactingMemory(BaseMemory):
         result = compact_in_span(self._compactor, history, tools=self._tools or None,
                                  extra_tokens=self._extra_tokens(history, input,
                                                                  initial_token_count))
+        self._counts().flush(full=result.report.method != "none")
         return self._view(result.messages)
 
     async def aget(
@@ -229,6 +234,9 @@ class CompactingMemory(BaseMemory):
         result = await acompact_in_span(self._compactor, history, tools=self._tools or None,
                                         extra_tokens=self._extra_tokens(history, input,
                                                                         initial_token_count))
+        counted = self._counts().take(full=result.report.method != "none")
+        if counted:
+            await self._io(self._counts().keep, counted)
         return self._view(result.messages)
 
     def get_all(self) -> list[ChatMessage]:
@@ -250,11 +258,13 @@ class CompactingMemory(BaseMemory):
         await self.aput_messages([message])
 
     def put_messages(self, messages: list[ChatMessage]) -> None:
-        """Append messages in one store transaction (the list is not modified)."""
-        converted = from_llama_index(messages)
+        """Append messages in one store transaction (the list is not modified); they are
+        counted first (the next ``get`` counts them anyway), so their counts are kept with
+        them."""
         # Read from pydantic's dict of private attributes: ``self._parts`` goes through
         # BaseModel.__getattr__ (1.7 us, a tenth of a put).
         parts: _serde.Parts = self.__pydantic_private__["_parts"]  # type: ignore[index]
+        converted = _counted(from_llama_index(messages), parts.counter)
         session = self.session_id
         history = parts.histories.get(session)
         if history is None:
@@ -264,7 +274,7 @@ class CompactingMemory(BaseMemory):
 
     async def aput_messages(self, messages: list[ChatMessage]) -> None:
         """The async form of :meth:`put_messages`."""
-        converted = from_llama_index(messages)
+        converted = _counted(from_llama_index(messages), self._parts.counter)
         history = await self._aloaded()
         await self._io(self.store.append, self.session_id, converted)
         history.extend(converted)
@@ -274,28 +284,24 @@ class CompactingMemory(BaseMemory):
         converted = from_llama_index(messages)
         self.store.clear(self.session_id)
         self.store.append(self.session_id, converted)
-        self._parts.histories[self.session_id] = list(converted)
-        self._compactor.reset()
+        self._replaced(list(converted))
 
     async def aset(self, messages: list[ChatMessage]) -> None:
         """The async form of :meth:`set`."""
         converted = from_llama_index(messages)
         await self._io(self.store.clear, self.session_id)
         await self._io(self.store.append, self.session_id, converted)
-        self._parts.histories[self.session_id] = list(converted)
-        self._compactor.reset()
+        self._replaced(list(converted))
 
     def reset(self) -> None:
         """Delete this session's history from the store."""
         self.store.clear(self.session_id)
-        self._parts.histories[self.session_id] = []
-        self._compactor.reset()
+        self._replaced([])
 
     async def areset(self) -> None:
         """The async form of :meth:`reset`."""
         await self._io(self.store.clear, self.session_id)
-        self._parts.histories[self.session_id] = []
-        self._compactor.reset()
+        self._replaced([])
 
     def close(self) -> None:
         """Close the store when this memory opened it (from a name, path or URL)."""
@@ -355,18 +361,43 @@ class CompactingMemory(BaseMemory):
         return out
 
     def _loaded(self) -> list[cf.Message]:
-        """The session's history, loaded once and then kept in step with every write."""
+        """The session's history, loaded once (with the counts the store kept for it) and
+        then kept in step with every write."""
         histories = self._parts.histories
         if self.session_id not in histories:
-            histories[self.session_id] = self.store.load(self.session_id)
+            self._track_loaded(self.store.load(self.session_id))
         return histories[self.session_id]
 
     async def _aloaded(self) -> list[cf.Message]:
         histories = self._parts.histories
         if self.session_id not in histories:
             loaded = await self._io(self.store.load, self.session_id)
-            histories.setdefault(self.session_id, loaded)
+            if self.session_id not in histories:
+                self._track_loaded(loaded)
         return histories[self.session_id]
+
+    def _track_loaded(self, loaded: list[cf.Message]) -> None:
+        """Hold the session's history as loaded; what it holds without counts is tracked,
+        so that the counts ``get`` makes of it are kept."""
+        self._parts.histories[self.session_id] = loaded
+        keeper = self._parts.keepers[self.session_id] = self._new_keeper()
+        keeper.track(loaded)
+
+    def _replaced(self, history: list[cf.Message]) -> None:
+        """The stored history was replaced (``set``, ``reset``)."""
+        self._track_loaded(history)
+        self._compactor.reset()
+
+    def _new_keeper(self) -> CountKeeper:
+        return CountKeeper(self._parts.store, self.session_id, self._parts.counter)
+
+    def _counts(self) -> CountKeeper:
+        """The session's counts not yet kept in the store (shared like its history)."""
+        keepers = self._parts.keepers
+        keeper = keepers.get(self.session_id)
+        if keeper is None:  # nothing loaded yet, so nothing to track
+            keeper = keepers[self.session_id] = self._new_keeper()
+        return keeper
 
     async def _io(self, fn: Any, *args: Any) -> Any:
         """Run a store call: in a thread unless the store lives in memory."""
@@ -398,6 +429,12 @@ def _default_budget(token_limit: int | None, llm: Any) -> cf.Budget:
     if metadata is not None:
         return budget_of(metadata)
     return cf.Budget(context_window=DEFAULT_CONTEXT_WINDOW)
+
+
+def _counted(messages: list[cf.Message], counter: cf.TokenCounter) -> list[cf.Message]:
+    for message in messages:
+        counter.count_message(message)
+    return messages
 
 
 def _settled(history: list[cf.Message]) -> Sequence[cf.Message]:

@@ -24,7 +24,7 @@ from typing import Any
 import contextfold as cf
 import contextfold.policy as cf_policy
 from contextfold.errors import ConfigurationError
-from contextfold.integration import message_from_dict, message_to_dict
+from contextfold.integration import CountKeeper, message_from_dict, message_to_dict
 
 __all__ = [
     "Parts",
@@ -61,6 +61,8 @@ class Parts:
     histories: dict[str, list[cf.Message]] = dataclasses.field(default_factory=dict)
     """Each session's history as loaded from the store and appended to since: shared by
     every memory object built from these parts (a ``Context`` may rebuild its memory)."""
+    keepers: dict[str, CountKeeper] = dataclasses.field(default_factory=dict)
+    """Each session's token counts not yet kept in the store, shared like its history."""
     key: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:
