@@ -194,11 +194,12 @@ class ThresholdPolicy:
         rolling: cache-stable compaction: each pass freezes what earlier passes wrote (up to
             the last summary block), compacts only what came after it and appends its own
             block there, so the request keeps the previous one's prefix for the provider's
-            prompt cache (see :mod:`contextfold.policy`'s rolling compaction).
+            prompt cache (the README's "Prompt caching and summaries ahead of time").
         rolling_share: the frozen part (after the first user message) may take at most this
-            share of the target; past it, or when compacting only what follows it cannot
-            get halfway from the target to the trigger, the pass consolidates (today's full
-            compaction, earlier summaries included).
+            share of the target; past it, when the ledgers have no room for another block's
+            entries, or when compacting only what follows it cannot land within that share
+            above the target and under the trigger, the pass consolidates (a full
+            compaction, earlier summaries summarized again).
 
     Raises:
         ConfigurationError: a value is out of range.
