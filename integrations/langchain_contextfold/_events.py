@@ -28,10 +28,15 @@ from langchain_core.callbacks import (
     dispatch_custom_event,
 )
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    get_callback_manager_for_config,
+)
 
 from contextfold import CompactionReport
 
-__all__ = ["COMPACTION_EVENT", "IDLE_EVENT", "aemit", "emit", "report_payload"]
+__all__ = ["COMPACTION_EVENT", "IDLE_EVENT", "Payload", "aemit", "emit", "report_payload"]
 
 COMPACTION_EVENT = "contextfold_compaction"
 """The custom event name of a compaction."""
@@ -64,12 +69,12 @@ def _stream_writer() -> Writer | None:
     return writer
 
 
-def _write(name: str, data: dict[str, Any], writer: Writer | None) -> None:
+def _write(name: str, payload: Callable[[], dict[str, Any]], writer: Writer | None) -> None:
     writer = writer or _stream_writer()
     if writer is None:
         return
     try:
-        writer({name: data})
+        writer({name: payload()})
     except Exception:  # a stream consumer's failure must not fail the model call
         logger.debug("contextfold: stream writer failed", exc_info=True)
 
@@ -86,9 +91,26 @@ def _manager_of(run_manager: RunManager) -> CallbackManager:
     )
 
 
+Payload = dict[str, Any] | Callable[[], dict[str, Any]]
+"""An event's data, or a function that makes it: called once, only when someone receives
+the event (a report's payload reads every figure and target, which on a long history
+costs more than the compaction decided from bounds)."""
+
+
+def _once(data: Payload) -> Callable[[], dict[str, Any]]:
+    made: list[dict[str, Any]] = []
+
+    def payload() -> dict[str, Any]:
+        if not made:
+            made.append(data() if callable(data) else data)
+        return made[0]
+
+    return payload
+
+
 def emit(
     name: str,
-    data: dict[str, Any],
+    data: Payload,
     *,
     config: RunnableConfig | None = None,
     run_manager: RunManager | None = None,
@@ -98,41 +120,52 @@ def emit(
 
     Args:
         name: the event name (:data:`COMPACTION_EVENT`, :data:`IDLE_EVENT`).
-        data: the payload (:func:`report_payload`).
+        data: the payload (:func:`report_payload`), or a function making it, called only
+            when a callback handler or a stream writer is there to receive it.
         config: the run's config; by default the one of the enclosing runnable.
         run_manager: a chat model's run manager, inside ``_generate``: the event is
             attached to that model run.
         writer: LangGraph's stream writer, when the caller has it (middleware).
     """
+    payload = _once(data)
     if run_manager is not None:
-        _manager_of(run_manager).on_custom_event(name, data, run_id=run_manager.run_id)
-    else:
+        if run_manager.handlers:
+            _manager_of(run_manager).on_custom_event(name, payload(), run_id=run_manager.run_id)
+    elif _listened(get_callback_manager_for_config(ensure_config(config))):
         with contextlib.suppress(RuntimeError):  # no parent run: not inside a traced run
-            dispatch_custom_event(name, data, config=config)
-    _write(name, data, writer)
+            dispatch_custom_event(name, payload(), config=config)
+    _write(name, payload, writer)
 
 
 async def aemit(
     name: str,
-    data: dict[str, Any],
+    data: Payload,
     *,
     config: RunnableConfig | None = None,
     run_manager: RunManager | None = None,
     writer: Writer | None = None,
 ) -> None:
     """The async form of :func:`emit` (``adispatch_custom_event``)."""
+    payload = _once(data)
     if run_manager is not None:
-        manager = AsyncCallbackManager(
-            handlers=run_manager.handlers,
-            inheritable_handlers=run_manager.inheritable_handlers,
-            parent_run_id=run_manager.parent_run_id,
-            tags=run_manager.tags,
-            inheritable_tags=run_manager.inheritable_tags,
-            metadata=run_manager.metadata,
-            inheritable_metadata=run_manager.inheritable_metadata,
-        )
-        await manager.on_custom_event(name, data, run_id=run_manager.run_id)
-    else:
+        if run_manager.handlers:
+            manager = AsyncCallbackManager(
+                handlers=run_manager.handlers,
+                inheritable_handlers=run_manager.inheritable_handlers,
+                parent_run_id=run_manager.parent_run_id,
+                tags=run_manager.tags,
+                inheritable_tags=run_manager.inheritable_tags,
+                metadata=run_manager.metadata,
+                inheritable_metadata=run_manager.inheritable_metadata,
+            )
+            await manager.on_custom_event(name, payload(), run_id=run_manager.run_id)
+    elif _listened(get_async_callback_manager_for_config(ensure_config(config))):
         with contextlib.suppress(RuntimeError):
-            await adispatch_custom_event(name, data, config=config)
-    _write(name, data, writer)
+            await adispatch_custom_event(name, payload(), config=config)
+    _write(name, payload, writer)
+
+
+def _listened(manager: CallbackManager | AsyncCallbackManager) -> bool:
+    """Whether a custom event dispatched for the current run reaches a handler (one needs
+    a parent run and a handler to reach)."""
+    return manager.parent_run_id is not None and bool(manager.handlers)

@@ -95,7 +95,8 @@ class CompactionHook:
         loop, messages = self._inputs(state, config)
         view = loop.view(messages, tools=self.engine.tool_dicts(self.tools))
         if view.changed:
-            emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key), config=config)
+            emit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
+                 config=config)
         if loop.idle_reason is not None:
             emit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},
                  config=config)
@@ -105,7 +106,7 @@ class CompactionHook:
         loop, messages = self._inputs(state, config)
         view = await loop.aview(messages, tools=self.engine.tool_dicts(self.tools))
         if view.changed:
-            await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
+            await aemit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
                         config=config)
         if loop.idle_reason is not None:
             await aemit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},

@@ -120,7 +120,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
         def announce(view: View[BaseMessage]) -> None:
             if view.changed:
-                emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key), writer=writer)
+                emit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
+                     writer=writer)
             if loop.idle_reason is not None:
                 emit(IDLE_EVENT, {"conversation_id": loop.key, "reason": loop.idle_reason},
                      writer=writer)
@@ -145,7 +146,7 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
         async def announce(view: View[BaseMessage]) -> None:
             if view.changed:
-                await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
+                await aemit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
                             writer=writer)
             if loop.idle_reason is not None:
                 await aemit(IDLE_EVENT, {"conversation_id": loop.key,

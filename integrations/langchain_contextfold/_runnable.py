@@ -300,7 +300,7 @@ async def _empty() -> AsyncIterator[AIMessageChunk]:
 def _announce(view: View[BaseMessage], loop: Loop, run_manager: Any) -> None:
     """Send the compaction event (when the input changed) and the idle event (when idle)."""
     if view.changed:
-        emit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
+        emit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
              run_manager=run_manager)
     reason = loop.idle_reason
     if reason is not None:
@@ -309,7 +309,7 @@ def _announce(view: View[BaseMessage], loop: Loop, run_manager: Any) -> None:
 
 async def _aannounce(view: View[BaseMessage], loop: Loop, run_manager: Any) -> None:
     if view.changed:
-        await aemit(COMPACTION_EVENT, report_payload(view.result.report, loop.key),
+        await aemit(COMPACTION_EVENT, lambda: report_payload(view.result.report, loop.key),
                     run_manager=run_manager)
     reason = loop.idle_reason
     if reason is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables import RunnableBinding, RunnableSequence
+from langchain_core.runnables import RunnableBinding, RunnableLambda, RunnableSequence
 from langchain_core.tools import tool
 from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
 from pydantic import BaseModel
@@ -26,6 +27,7 @@ from langchain_contextfold import (
     to_core,
     with_compaction,
 )
+from langchain_contextfold._events import aemit, emit
 from langchain_contextfold._runnable import _swap
 
 BUDGET = cf.Budget(context_window=16_000, output_reserve=2_000)
@@ -337,3 +339,34 @@ async def test_idle_reply_when_streaming() -> None:
     assert "idle" in "".join(str(c.content) for c in chunks)
     assert not any(c.tool_call_chunks for c in chunks)
     assert "idle" in str(next(iter(model.stream(history))).content)
+
+
+def test_an_event_payload_is_made_only_for_someone_who_receives_it() -> None:
+    made: list[int] = []
+
+    def payload() -> dict[str, Any]:
+        made.append(1)
+        return {"n": len(made)}
+
+    emit(COMPACTION_EVENT, payload)  # outside any run, no stream writer
+    emit(COMPACTION_EVENT, payload, config={"callbacks": []})
+    assert made == []
+    RunnableLambda(lambda x: emit(COMPACTION_EVENT, payload)).invoke(1)  # a run, no handler
+    assert made == []
+
+    events = Events()
+    RunnableLambda(lambda x: emit(COMPACTION_EVENT, payload)).invoke(
+        1, config={"callbacks": [events]})
+    written: list[Any] = []
+    emit(COMPACTION_EVENT, payload, writer=written.append)
+    assert made == [1, 1]  # once per event, the same data for every receiver
+    assert events.events == [(COMPACTION_EVENT, {"n": 1})]
+    assert written == [{COMPACTION_EVENT: {"n": 2}}]
+
+    async def inside(x: int) -> None:
+        await aemit(COMPACTION_EVENT, payload)
+
+    asyncio.run(RunnableLambda(inside).ainvoke(1))
+    assert made == [1, 1]
+    asyncio.run(RunnableLambda(inside).ainvoke(1, config={"callbacks": [events]}))
+    assert made == [1, 1, 1] and events.events[-1] == (COMPACTION_EVENT, {"n": 3})
