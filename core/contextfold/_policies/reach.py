@@ -39,7 +39,9 @@ def drop_order(plan: Plan) -> list[Group]:
     holding an error or a pinned message after all others; none holding an anchored
     message or one already dropped."""
     anchored, dropped = plan.anchored, plan.dropped
-    groups = [g for g in split_groups(plan.work)
+    if plan.groups is None:
+        plan.groups = split_groups(plan.work)
+    groups = [g for g in plan.groups
               if not any(i in anchored or i in dropped for i in range(g.start, g.end))]
     groups.sort(key=lambda g: any(m.is_error or m.is_pinned for m in g.messages))
     return groups

@@ -88,7 +88,12 @@ from .._lossless.learning import learned_in
 from .._lossless.ledger import LEDGER_SOURCE, Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
-from .._messages.structure import SYSTEM_ROLES, newest_group, open_loop_call, split_groups
+from .._messages.structure import (
+    SYSTEM_ROLES,
+    Group,
+    newest_group,
+    open_loop_call,
+)
 from ..errors import BudgetExceededError
 from .contract import (
     CompactionContext,
@@ -320,7 +325,9 @@ class ThresholdPolicy:
             if ledgers and sum(ledgers) + ledgers[-1] > self.ledger.room(context):
                 return None  # no room for another block's entries: merge (least used shed)
         offset, reserve = self._margins(messages, context)
-        newest = split_groups(messages, stable)[-1]
+        newest = newest_group(messages, stable)
+        if newest is None:
+            return None  # nothing after the frozen part: only consolidating can help
         asked = set(requests(messages))
         essential = [m for i, m in enumerate(messages)
                      if i <= first or i in asked or newest.start <= i < newest.end]
@@ -331,8 +338,11 @@ class ThresholdPolicy:
             reserve = min(reserve, max(short, self._notice_tokens(context),
                                        summaries[-1] * 5 // 4))
         ceiling = min(reachable + frozen, budget.trigger_tokens)
+        groups = None
         for level in self._levels()[: self.protect_recent + 1]:
-            plan = self._plan_at(level, messages, context, offset, reserve, stable=stable)
+            plan = self._plan_at(level, messages, context, offset, reserve, stable=stable,
+                                 groups=groups)
+            groups = plan.groups if plan.work is messages else groups
             if (plan.chosen or plan.dropped) and (context.measure(plan.kept()) + offset
                                                   + reserve <= ceiling):
                 return plan
@@ -343,8 +353,10 @@ class ThresholdPolicy:
         offset, reserve = self._margins(messages, context)
         target, limit = context.budget.target_tokens, context.budget.input_budget
         tried: list[tuple[Plan, int]] = []
+        groups = None
         for level in self._levels():
-            plan = self._plan_at(level, messages, context, offset, reserve)
+            plan = self._plan_at(level, messages, context, offset, reserve, groups=groups)
+            groups = plan.groups if plan.work is messages else groups
             size = context.measure(plan.kept())
             if size + offset + reserve <= target:
                 return plan
@@ -361,8 +373,10 @@ class ThresholdPolicy:
 
     def _plan_at(
         self, level: Level, messages: Sequence[Message], context: CompactionContext,
-        offset: int, reserve: int, stable: int = 0,
+        offset: int, reserve: int, stable: int = 0, groups: list[Group] | None = None,
     ) -> Plan:
+        """The plan at ``level``; ``groups`` are ``split_groups(messages)`` when an earlier
+        level's plan split them (each level's plan on a long history would split it again)."""
         frozen, anchored = protected_at(messages, level, stable)
         work, strip_targets = (
             strip_images(messages, context, keep=frozen) if self.strip_images else (messages, ())
@@ -370,7 +384,8 @@ class ThresholdPolicy:
         plan = Plan(work=work, strip_targets=strip_targets, frozen=frozen, anchored=anchored,
                     offset=offset, reserve=reserve,
                     level=f"rolling, {level.name}" if stable else level.name,
-                    stable=stable, rolling=self.rolling)
+                    stable=stable, rolling=self.rolling,
+                    groups=groups if work is messages else None)
         folded = 0
         if self.rolling and not stable:  # consolidating: the earlier blocks fold into one
             folded = fold_blocks(plan, context)
@@ -644,6 +659,7 @@ class Plan:
     note: str = ""
     stable: int = 0  # work[:stable] is frozen (rolling): left byte-identical
     rolling: bool = False  # the summary goes where the next rolling pass can freeze it
+    groups: list[Group] | None = field(default=None, repr=False, compare=False)  # split, once
 
     def passes(self) -> dict[str, int]:
         """How many of the messages sent each pass cut (a target cut and then dropped with
