@@ -155,9 +155,16 @@ def run_with_ledger(
             outcome = yield from run(rest, context)
     else:
         # The previous ledger still counts where the policy decides (its trigger sees the
-        # same total as the engine did); the new one gets what the policy leaves.
+        # same total as the engine did), and the policy aims below its target by the
+        # ledger's share of the budget, so that the two land under the target together; the
+        # ledger gets what the policy leaves under the hard budget. (On a budget so small
+        # that ``min_tokens`` sets the room, no aim is lowered by that floor: such a room
+        # holds one entry or none, and the policy would leave it empty.)
         held = sum(context.counter.count_message(m) for m in previous)
-        outcome = yield from run(rest, replace(context, fixed_tokens=context.fixed_tokens + held))
+        share_of_budget = int(context.budget.input_budget * ledger.share * share)
+        inner = _target_lowered(replace(context, fixed_tokens=context.fixed_tokens + held),
+                                min(room, share_of_budget) - held)
+        outcome = yield from run(rest, inner)
         left = context.available - context.counter.count_messages(outcome.messages)
         room = max(0, min(room, left))
     if outcome.messages is rest:
@@ -182,6 +189,16 @@ def run_with_ledger(
                "ledger": {"entries": len(entries) - shed, "shed": shed, "room": room}}
     return PolicyOutcome(messages=out, method=outcome.method, targets=targets,
                          notes=outcome.notes, details=details)
+
+
+def _target_lowered(context: CompactionContext, tokens: int) -> CompactionContext:
+    """``context`` with its budget's target ``tokens`` lower (unchanged when that leaves
+    no target): the trigger and the hard budget stay."""
+    budget = context.budget
+    lowered = budget.target_tokens - tokens
+    if tokens <= 0 or lowered <= 0:
+        return context
+    return replace(context, budget=replace(budget, target=lowered / budget.input_budget))
 
 
 def _run_rolling(
