@@ -132,11 +132,13 @@ def squeeze(
     fits: Fits,
     shape: HeadTail,
     context: CompactionContext | None = None,
+    *,
+    handles: bool = False,
 ) -> bool:
     """Cut every message at ``positions`` from its original (``originals``, same order) to
     the largest common head+tail size that fits, found by bisection. With ``context`` each
     label names the original's ``ctx_`` handle (bare when the labels with the tool's name do not
-    fit, left out when not even those fit).
+    fit, left out when not even those fit, unless ``handles`` requires them).
 
     Returns False, leaving ``out`` unchanged, when even labels alone do not fit.
     """
@@ -153,6 +155,8 @@ def squeeze(
 
         refs = [handle_for(original) for original in originals]  # the bare handles
         if not fits(build(0)):
+            if handles:
+                return False  # a cut the model could not read back is not taken
             refs = [None] * len(originals)  # no room even for those: plain labels
     if not positions or not fits(build(0)):
         return False

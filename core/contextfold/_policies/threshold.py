@@ -453,8 +453,11 @@ class ThresholdPolicy:
         drop_groups(plan, context, 10**18)
         plan.level = "cut_to_fit"
         latest = verbatim_request(plan, context)
-        floor = cut_to_fit(plan, context, self.head_tail, self._notices(plan, context),
-                           self._notice_tokens(context), keep=latest)
+        notices, room = self._notices(plan, context), self._notice_tokens(context)
+        # While the request alone is a way out, a cut whose label cannot name its original's
+        # handle is not taken: the request with a notice naming everything else's is.
+        floor = cut_to_fit(plan, context, self.head_tail, notices, room, keep=latest,
+                           handles=latest is not None)
         if floor is None:
             return plan
         if latest is None:
@@ -814,14 +817,15 @@ def note_dropped(plan: Plan, context: CompactionContext) -> None:
 
 def cut_to_fit(
     plan: Plan, context: CompactionContext, shape: HeadTail, notices: Sequence[Message],
-    notice_room: int, keep: int | None = None,
+    notice_room: int, keep: int | None = None, *, handles: bool = False,
 ) -> list[Message] | None:
     """Cut the kept messages but the system ones and ``keep`` (the task prompt, the newest
     group and the latest request unless it is ``keep``, once everything else is dropped)
     head+tail to the largest common size that fits with the summary's reserve under the
     target, else with ``notice_room`` under the budget, else with each of ``notices`` (the
     short one last). Records the cuts in ``plan.chosen`` and returns ``None``; when not even
-    their labels fit, returns that floor."""
+    their labels fit (with their originals' handles, when ``handles`` requires them),
+    returns that floor."""
     kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
     out = [plan.chosen.get(i, plan.work[i]) for i in kept]
     spots = [k for k, i in enumerate(kept)
@@ -838,7 +842,7 @@ def cut_to_fit(
             if room:
                 return context.measure(candidate) + room <= top
             return context.measure(plan.place(list(candidate), last)) <= top
-        if squeeze(out, spots, originals, fits, shape, context):
+        if squeeze(out, spots, originals, fits, shape, context, handles=handles):
             for k in spots:
                 if out[k] is not plan.work[kept[k]]:
                     plan.chosen[kept[k]] = out[k]
