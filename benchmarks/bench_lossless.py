@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import contextfold as cf
-from contextfold.cli.eval import context_text, probes_of
+from contextfold.cli.eval import context_text, probes_of, recoverable_text
 from contextfold.cli.replay import step_boundaries
 from contextfold.cli.transcripts import Transcript, load_transcripts
 from contextfold.policy import HANDLE_RE, SYSTEM_ROLES
-from contextfold.stores import ReferenceCache, read_original
+from contextfold.stores import ReferenceCache
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
@@ -79,31 +79,6 @@ def final_context(t: Transcript, compactor: cf.Compactor) -> list[cf.Message]:
     return sent
 
 
-def readable(source: Any, conversation: str, text: str) -> tuple[str, int]:
-    """Every original reachable from the handles in ``text`` (through ``read_original``,
-    paging), and how many handles were opened."""
-    seen: set[str] = set()
-    todo = list(dict.fromkeys(HANDLE_RE.findall(text)))
-    out: list[str] = []
-    while todo:
-        handle = todo.pop()
-        if handle in seen:
-            continue
-        seen.add(handle)
-        offset: int | None = 0
-        pages: list[str] = []  # one original, page after page: joined as it was written
-        while offset is not None:
-            page = read_original(source, conversation, handle, offset=offset, limit=20_000)
-            if "error" in page:
-                break
-            pages.append(page["content"])
-            offset = page["next_offset"]
-        original = "".join(pages)
-        out.append(original)
-        todo.extend(h for h in HANDLE_RE.findall(original) if h not in seen)
-    return "\n".join(out), len(seen)
-
-
 def measure(transcripts: Sequence[Transcript], fraction: float, place: str) -> Tally:
     """One (fraction, place) over ``transcripts``."""
     tally = Tally()
@@ -128,8 +103,8 @@ def measure(transcripts: Sequence[Transcript], fraction: float, place: str) -> T
             tally.seconds += time.perf_counter() - started
         tally.probes += len(probes)
         text = context_text(sent)
-        back, opened = readable(source, t.name, text)
-        tally.handles += opened
+        back = recoverable_text(source, t.name, text)
+        tally.handles += len(set(HANDLE_RE.findall(text + back)))
         tally.present += sum(1 for p in probes if p in text)
         tally.recoverable += sum(1 for p in probes if p in text or p in back)
     return tally
@@ -150,7 +125,7 @@ def rows_for(label: str, transcripts: Sequence[Transcript], fraction: float
             "notes": (f"peer = present in the context; {tally.probes} probes in "
                       f"{tally.runs - tally.failed}/{tally.runs} runs that fit "
                       f"({tally.failed_probes} probes in runs that raised "
-                      f"BudgetExceededError, not counted); {tally.handles} handles opened; "
+                      f"BudgetExceededError, not counted); {tally.handles} handles reached; "
                       f"{1000 * tally.seconds / max(1, tally.runs):.0f} ms/run"),
         })
     return rows

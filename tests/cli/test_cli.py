@@ -12,11 +12,14 @@ import contextfold as cf
 from contextfold.cli import main
 from contextfold.cli.eval import (
     Contender,
+    cached_prefixes,
     evaluate,
     independent_identifiers,
     needed_next,
+    our_contender,
     probes_of,
 )
+from contextfold.cli.replay import step_boundaries
 from contextfold.cli.transcripts import Transcript, generated_chats, load_transcripts
 from contextfold.policy import extract_identifiers
 
@@ -240,3 +243,32 @@ def test_eval_runs_on_generated_chats_alone(tmp_path: Path) -> None:
     [row] = json.loads((tmp_path / "rows.json").read_text())
     assert row["asked"] > 0 and 0 < row["recall"] <= 1 and row["fill"] > 0.5
     assert main(["eval", "--policies", "truncation"], out=io.StringIO()) == 2
+
+
+def test_cached_prefix_counts_calls_that_start_with_the_whole_previous_request(
+    counter: cf.TokenCounter,
+) -> None:
+    [t] = generated_chats(1, seed=6, sessions=3)
+    rows = evaluate([t], [Contender("whole", _whole), Contender("short", _whole_but_old)],
+                    fractions=(1.0,), counter=counter)
+    by = {r.contender: r for r in rows}
+    calls = len(step_boundaries(t.messages))
+    assert by["whole"].prefix_pairs == by["short"].prefix_pairs == calls - 1
+    assert by["whole"].cached_score == 1.0  # every request extends the one before
+    assert by["short"].cached_score == 0.0  # a sliding window never repeats its start
+    a, b = cf.Message("user", "a"), cf.Message("assistant", "b")
+    assert cached_prefixes([[a], [a, b], [b], [b, a]]) == (3, 2)
+
+
+def test_recoverable_counts_what_the_handles_in_view_lead_back_to(
+    transcript_file: Path, counter: cf.TokenCounter,
+) -> None:
+    [t] = load_transcripts(transcript_file)
+    rows = evaluate([t], [our_contender("threshold", cf.ThresholdPolicy),
+                          Contender("short", _whole_but_old)], fractions=(0.1,),
+                    counter=counter)
+    by = {r.contender: r for r in rows}
+    threshold, short = by["threshold"], by["short"]
+    assert threshold.kept < threshold.probes  # a tenth of the tokens: probes left the view
+    assert threshold.recoverable == threshold.probes  # each one is behind a handle in view
+    assert short.recoverable == short.kept < short.probes  # a peer keeps no originals

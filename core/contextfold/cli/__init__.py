@@ -155,17 +155,19 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
           "n/a" if r.needed == 0 else f"{r.needed_score:.1%}",
           "n/a" if r.gold == 0 else f"{r.gold_score:.1%}",
           "n/a" if r.asked == 0 else f"{r.recall_score:.1%}",
-          "n/a" if not r.fills else f"{r.fill:.0%}", f"{r.saved:.1%}", r.over_budget,
-          r.invalid, len(r.errors)) for r in rows],
+          "n/a" if not r.fills else f"{r.fill:.0%}", f"{r.recoverable_score:.1%}",
+          "n/a" if r.prefix_pairs == 0 else f"{r.cached_score:.1%}", f"{r.saved:.1%}",
+          r.over_budget, r.invalid, len(r.errors)) for r in rows],
         ["contender", "", "allowance", "probes kept", "needed next", "gold kept",
-         "facts recalled", "context used", "tokens saved", "over budget", "invalid",
-         "errors"], out)
+         "facts recalled", "context used", "recoverable", "cached prefix", "tokens saved",
+         "over budget", "invalid", "errors"], out)
     for r in rows:
         for e in r.errors[:3]:
             out.write(f"  {r.contender}: {e}\n")
     if args.json:
-        summary = [r.__dict__ | {"score": r.score, "fill": r.fill, "recall": r.recall_score}
-                   for r in rows]
+        summary = [r.__dict__ | {"score": r.score, "fill": r.fill, "recall": r.recall_score,
+                                 "recoverable_share": r.recoverable_score,
+                                 "cached_prefix": r.cached_score} for r in rows]
         Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
     return 0
 

@@ -18,7 +18,14 @@ ledger copy from, so a contender cannot score by copying what the grader looks f
   latest value is in the context given to the call that answers the question. The facts
   are the ones the generator planted, known by construction, not found by any extractor;
 * **context used**: at the measured calls whose history exceeds the allowance, the median
-  share of the allowance the contender sent (how much of its room it put to use).
+  share of the allowance the contender sent (how much of its room it put to use);
+* **recoverable**: the probes present at the last step, or in an original the model can
+  read back through a handle in view (``read_original``, following the handles inside what
+  it reads), with the contender's originals in a store. Peers keep no originals: theirs is
+  what they keep in view;
+* **cached prefix**: of consecutive model calls, the share whose request starts with the
+  whole previous request (message for message, as the provider receives it): what a
+  provider's prompt cache can reuse.
 
 A context a provider would reject (invalid sequence) or that exceeds the allowance keeps
 nothing: that request fails, so its probes count as lost. A contender that raises (for
@@ -35,6 +42,8 @@ peers (``_eval_peers``) run in the same process on the same probes, on each call
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -42,18 +51,32 @@ from dataclasses import dataclass, field, replace
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
+from .._lossless.references import HANDLE_RE, read_original
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
 from .._policies.contract import Policy
 from .._summaries.summarizer import AnySummarizer
 from .transcripts import Transcript
 
-__all__ = ["Contender", "EvalRow", "context_text", "evaluate", "independent_identifiers",
-           "needed_next", "our_contender", "probes_of"]
+__all__ = ["Contender", "EvalRow", "Seen", "cached_prefixes", "context_text", "evaluate",
+           "independent_identifiers", "needed_next", "our_contender", "probes_of",
+           "recoverable_text"]
 
 Compact = Callable[[Transcript, int, TokenCounter], list[Message]]
 """A contender: (transcript, token allowance, counter) -> the context it would send."""
-Contexts = Callable[[Transcript, int, TokenCounter, Sequence[int]], dict[int, list[Message]]]
+
+
+@dataclass
+class Seen:
+    """What a contender sent at some calls of one transcript, and what it can give back."""
+
+    sent: dict[int, list[Message]]
+    """The context sent for the call with the history ``messages[:n]``, by ``n``."""
+    originals: Callable[[str], str] = lambda text: ""
+    """The originals reachable from the handles in a context's text (none for peers)."""
+
+
+Contexts = Callable[[Transcript, int, TokenCounter, Sequence[int]], Seen]
 """(transcript, allowance, counter, history lengths) -> the context sent at each of those
 calls (a call with the history ``messages[:n]``)."""
 
@@ -73,13 +96,13 @@ class Contender:
     history."""
 
     def contexts_at(self, transcript: Transcript, allowance: int, counter: TokenCounter,
-                    cuts: Sequence[int]) -> dict[int, list[Message]]:
+                    cuts: Sequence[int]) -> Seen:
         """The context this contender sends for the calls with ``messages[:n]``, n in
         ``cuts``."""
         if self.contexts is not None:
             return self.contexts(transcript, allowance, counter, cuts)
-        return {n: self.compact(replace(transcript, messages=transcript.messages[:n]),
-                                allowance, counter) for n in cuts}
+        return Seen({n: self.compact(replace(transcript, messages=transcript.messages[:n]),
+                                     allowance, counter) for n in cuts})
 
 
 @dataclass
@@ -108,6 +131,12 @@ class EvalRow:
     """Facts the transcripts ask for (generated chats)."""
     asked_kept: int = 0
     """Of those, present in the context of the call that answers the question."""
+    recoverable: int = 0
+    """Probes present in the final contexts or in the originals their handles reach."""
+    prefix_pairs: int = 0
+    """Consecutive model calls compared."""
+    prefix_kept: int = 0
+    """Of those, calls whose request starts with the whole previous request."""
     fills: list[float] = field(default_factory=list)
     """Tokens sent as a share of the allowance, at each measured call whose history
     exceeds the allowance."""
@@ -126,6 +155,16 @@ class EvalRow:
     def score(self) -> float:
         """Share of identifier probes kept."""
         return self.kept / self.probes if self.probes else 1.0
+
+    @property
+    def recoverable_score(self) -> float:
+        """Share of identifier probes in view or recoverable through a handle in view."""
+        return self.recoverable / self.probes if self.probes else 1.0
+
+    @property
+    def cached_score(self) -> float:
+        """Share of consecutive calls whose request starts with the previous request."""
+        return self.prefix_kept / self.prefix_pairs if self.prefix_pairs else float("nan")
 
     @property
     def gold_score(self) -> float:
@@ -186,6 +225,44 @@ def independent_identifiers(text: str) -> list[str]:
     return list(found)
 
 
+def recoverable_text(source: object, conversation_id: str, text: str) -> str:
+    """Every original reachable from the handles in ``text`` through ``read_original``
+    (each read page by page and joined as it was written, then the handles inside it
+    followed), one after another."""
+    seen: set[str] = set()
+    todo = list(dict.fromkeys(HANDLE_RE.findall(text)))
+    out: list[str] = []
+    while todo:
+        handle = todo.pop()
+        if handle in seen:
+            continue
+        seen.add(handle)
+        offset: int | None = 0
+        pages: list[str] = []
+        while offset is not None:
+            page = read_original(source, conversation_id, handle, offset=offset,  # type: ignore[arg-type]
+                                 limit=20_000)
+            if "error" in page:
+                break
+            pages.append(page["content"])
+            offset = page["next_offset"]
+        original = "".join(pages)
+        out.append(original)
+        todo.extend(h for h in HANDLE_RE.findall(original) if h not in seen)
+    return "\n".join(out)
+
+
+def cached_prefixes(requests: Sequence[Sequence[Message]]) -> tuple[int, int]:
+    """(consecutive pairs, pairs whose later request starts with the whole earlier one),
+    comparing the messages as the provider receives them (chat-completions JSON)."""
+    from .._messages.openai import to_openai
+
+    forms = [[json.dumps(m, sort_keys=True) for m in to_openai(r)] for r in requests]
+    kept = sum(1 for before, after in itertools.pairwise(forms)
+               if after[: len(before)] == before)
+    return max(0, len(forms) - 1), kept
+
+
 def probes_of(transcript: Transcript) -> tuple[list[str], list[str]]:
     """(identifier probes, gold-value probes) of a transcript, each present in its text."""
     body = [m for m in transcript.messages if m.role not in SYSTEM_ROLES]
@@ -225,22 +302,24 @@ def our_contender(
     """
 
     def run(transcript: Transcript, allowance: int, counter: TokenCounter) -> list[Message]:
-        return contexts(transcript, allowance, counter, ())[len(transcript.messages)]
+        return contexts(transcript, allowance, counter, ()).sent[len(transcript.messages)]
 
     def contexts(transcript: Transcript, allowance: int, counter: TokenCounter,
-                 cuts: Sequence[int]) -> dict[int, list[Message]]:
+                 cuts: Sequence[int]) -> Seen:
+        from ..stores._memory import MemoryStore
         from .replay import replay, step_boundaries
 
         budget = Budget(context_window=allowance, trigger=1.0, target=0.9)
         boundaries = step_boundaries(transcript.messages)
         steps = [k + 1 for k, n in enumerate(boundaries) if n in set(cuts)]
+        store = MemoryStore()
         result = replay(
             transcript.messages, policy=make_policy(), budget=budget, counter=counter,
-            summarizer=summarizer, title=transcript.name, capture=steps,
+            summarizer=summarizer, title=transcript.name, capture=steps, store=store,
         )
         found = {boundaries[k - 1]: sent for k, sent in result.sent_at.items()}
         found[len(transcript.messages)] = result.final_messages
-        return found
+        return Seen(found, lambda text: recoverable_text(store, transcript.name, text))
 
     return Contender(name=name, compact=run, ours=True, contexts=contexts)
 
@@ -254,6 +333,7 @@ def evaluate(
 ) -> list[EvalRow]:
     """Score every contender on every transcript at each allowance fraction."""
     from .._messages.validation import validate
+    from .replay import step_boundaries
 
     rows: list[EvalRow] = []
     probes = [probes_of(t) for t in transcripts]
@@ -270,14 +350,17 @@ def evaluate(
                 allowance = system + max(int((total - system) * fraction), 1)
                 row.needed += sum(map(len, need.values()))
                 row.asked += sum(map(len, t.asked.values()))
-                cuts = sorted({*need, *t.asked, len(t.messages)})
+                calls = step_boundaries(t.messages)
+                cuts = sorted({*need, *t.asked, *calls, len(t.messages)})
                 try:
-                    at = contender.contexts_at(t, allowance, counter, cuts)
+                    seen_at = contender.contexts_at(t, allowance, counter, cuts)
+                    at = seen_at.sent
                     sent = at[len(t.messages)]
                 except Exception as exc:  # a contender's failure is a result, not a crash
                     row.errors.append(f"{t.name}: {type(exc).__name__}: {exc}")
                     row.probes += len(idents)
                     row.gold += len(gold)
+                    row.prefix_pairs += max(0, len(calls) - 1)
                     row.tokens_before += total
                     row.tokens_after += total
                     continue
@@ -300,6 +383,11 @@ def evaluate(
                 text = "" if over or invalid else context_text(sent)
                 row.probes += len(idents)
                 row.kept += sum(1 for p in idents if p in text)
+                back = seen_at.originals(text) if text else ""
+                row.recoverable += sum(1 for p in idents if p in text or p in back)
+                pairs, kept = cached_prefixes([at[n] for n in calls])
+                row.prefix_pairs += pairs
+                row.prefix_kept += kept
                 row.gold += len(gold)
                 row.gold_kept += sum(1 for g in gold if g in text)
                 row.tokens_before += total

@@ -17,6 +17,7 @@ from .._engine.result import CompactionReport
 from .._messages.model import Message
 from .._policies.contract import Policy, Target
 from .._summaries.summarizer import AnySummarizer
+from ..stores._protocols import HistoryStore
 
 __all__ = ["Replay", "StepRecord", "inserted_texts", "replay", "step_boundaries"]
 
@@ -138,18 +139,22 @@ def replay(
     title: str = "transcript",
     on_step: Callable[[StepRecord], None] | None = None,
     capture: Sequence[int] = (),
+    store: HistoryStore | None = None,
 ) -> Replay:
     """Feed ``messages`` to a fresh ``Compactor`` one model call at a time.
 
     The compactor sees each call's full history (as an agent loop passes it), so its
     incremental path is exercised exactly as in production. ``capture`` names steps whose
-    sent messages are kept in ``Replay.sent_at`` (the last step is always kept).
+    sent messages are kept in ``Replay.sent_at`` (the last step is always kept). With a
+    ``store`` the originals of what is compacted are kept in it under the conversation id
+    ``title``.
     """
     from .._counting.counters import counter_for_model
     from .._engine.compactor import Compactor
 
     counter = counter or counter_for_model(budget.model)
-    compactor = Compactor(policy=policy, budget=budget, counter=counter, summarizer=summarizer)
+    compactor = Compactor(policy=policy, budget=budget, counter=counter, summarizer=summarizer,
+                          store=store, conversation_id=title if store is not None else None)
     run = Replay(title=title, budget=budget, policy=getattr(policy, "name", type(policy).__name__))
     sent: list[Message] = []
     for number, cut in enumerate(step_boundaries(messages), start=1):
