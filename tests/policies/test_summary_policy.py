@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import contextfold as cf
 from contextfold._policies.summary import SUMMARY_PREFIX
 from contextfold.errors import ConfigurationError
-from contextfold.policy import CompactionContext, SummaryReply, SummaryRequest
+from contextfold.policy import CompactionContext, SummaryReply, SummaryRequest, handle_for
 from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
 
 M, TC = cf.Message, cf.ToolCall
@@ -60,10 +60,14 @@ def test_one_request_for_the_older_part_and_a_stamped_summary(counter):
     out = list(outcome.messages)
     summary = out[1]
     assert (summary.role, summary.source, summary.created_at) == ("user", "summary", NOW)
-    assert summary.text == (SUMMARY_PREFIX + "[Summary generated: 2026-01-13 14:30 (UTC)]\n\n"
-                            "The summary.")
-    preserved = out[2:]
     folded = list(requests[0].messages)
+    # the handle of what it summarizes is in view, and reads back their full text
+    span = handle_for(folded)
+    assert summary.text == (SUMMARY_PREFIX + "[Summary generated: 2026-01-13 14:30 (UTC)]\n"
+                            f"[Full text of the {len(folded)} messages this replaces: {span}]"
+                            "\n\nThe summary.")
+    assert {t.handle for t in outcome.targets if t.method == "summarized"} == {span}
+    preserved = out[2:]
     assert folded + preserved == msgs[1:]  # nothing lost, nothing duplicated
     room = context.available - counter.count_messages(msgs[:1])
     assert sum(map(counter.count_message, preserved)) <= room * 0.25

@@ -24,6 +24,7 @@ from typing import Annotated
 
 from .._config import Gt, Lt, NonBlank, check, config_error
 from .._lossless.ledger import Ledger, run_with_ledger
+from .._lossless.references import handle_for
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError
@@ -72,13 +73,21 @@ SUMMARY_NOTICE = (
     "summary of them could not be generated. Continue from the messages below; if you "
     "need something that is no longer shown, search the history or ask."
 )
+HANDLE_LINE = "[Full text of the {count} messages this replaces: {handle}]"
+"""The line naming the handle of what a summary or notice replaces (``read_original``)."""
 """The message that replaces a failed summary, so no history is lost silently."""
 
 
-def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None) -> Message:
-    """The ``[CONTEXT SUMMARY]`` user message for ``text``, stamped with when it was made."""
+def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None,
+                    replaced: tuple[int, str] | None = None) -> Message:
+    """The ``[CONTEXT SUMMARY]`` user message for ``text``, stamped with when it was made
+    and, with ``replaced`` (how many messages it summarizes, their handle), naming the
+    handle their full text is read back with."""
     moment, label = _local(now, tz)
-    stamp = f"[Summary generated: {moment:%Y-%m-%d %H:%M} ({label})]\n\n"
+    stamp = f"[Summary generated: {moment:%Y-%m-%d %H:%M} ({label})]\n"
+    if replaced is not None:
+        stamp += HANDLE_LINE.format(count=replaced[0], handle=replaced[1]) + "\n"
+    stamp += "\n"
     return Message(
         role="user",
         content=SUMMARY_PREFIX + stamp + text.strip(),
@@ -196,7 +205,9 @@ class SummaryPolicy:
         )
         if reply.text is None:
             return self._failed(messages, system, groups, context, notes, reply)
-        summary = summary_message(reply.text, context.now, self.tz)
+        folded_messages = [m for g in folded for m in g.messages]
+        replaced = (len(folded_messages), handle_for(folded_messages))
+        summary = summary_message(reply.text, context.now, self.tz, replaced)
         head = [m for g in first for m in g.messages]
         out = [*system, *head, summary, *(m for g in (*pinned, *recent) for m in g.messages)]
         at = len(system) + len(head)  # where the summary is
@@ -204,11 +215,12 @@ class SummaryPolicy:
         origins += [i for g in first for i in range(g.start, g.end)]
         origins.append(None)
         origins += [i for g in (*pinned, *recent) for i in range(g.start, g.end)]
-        fitted = self._fit(out, origins, at, reply.text, context)
+        fitted = self._fit(out, origins, at, reply.text, context, replaced)
         changed = targets(originals(messages, out, origins), fitted, origins, context)
         folded_targets = [
             Target(i, messages[i].role, "summarized", count(messages[i]), 0,
-                   messages[i].name if messages[i].role == "tool" else None)
+                   messages[i].name if messages[i].role == "tool" else None,
+                   handle=replaced[1])
             for g in folded for i in range(g.start, g.end)
         ]
         return PolicyOutcome(
@@ -240,6 +252,7 @@ class SummaryPolicy:
         at: int,
         text: str,
         context: CompactionContext,
+        replaced: tuple[int, str],
     ) -> list[Message]:
         """Fit summary + kept groups: cut kept tool results, then the summary text."""
         fits = fits_budget(context)
@@ -252,7 +265,7 @@ class SummaryPolicy:
         def with_summary(cap: int) -> list[Message]:
             cut = truncate_head_tail(text, HeadTail(0.6, 10**9, 0.3, 10**9), max_chars=cap)
             candidate = list(out)
-            candidate[at] = summary_message(cut, context.now, self.tz)
+            candidate[at] = summary_message(cut, context.now, self.tz, replaced)
             return candidate
 
         if not fits(with_summary(0)):
@@ -308,7 +321,7 @@ class SummaryPolicy:
         """No summary: keep the newest groups that fit the target, verbatim, with the pinned
         ones and the latest request, and a notice."""
         count = context.counter.count_message
-        placeholder = _notice(len(messages), context.now)
+        placeholder = _notice(len(messages), context.now, "ctx_" + "0" * 12)  # its size
         base = context.measure([*system, placeholder])
         latest = find_prompt(messages, len(system))
         pinned = [g for g in groups if any(m.is_pinned for m in g.messages)
@@ -318,7 +331,9 @@ class SummaryPolicy:
         kept = [g for k, g in enumerate(groups) if k >= keep_from or g in pinned]
         dropped = [g for g in groups if g not in kept]
         n_dropped = sum(len(g) for g in dropped)
-        out = [*system, _notice(n_dropped, context.now), *(m for g in kept for m in g.messages)]
+        span = handle_for(m for g in dropped for m in g.messages) if dropped else None
+        out = [*system, _notice(n_dropped, context.now, span),
+               *(m for g in kept for m in g.messages)]
         origins: list[int | None] = [None] * (len(system) + 1)
         origins += [i for g in kept for i in range(g.start, g.end)]
         fits = fits_budget(context)
@@ -329,7 +344,8 @@ class SummaryPolicy:
                               "the system prompt, the notice and the newest group")
         changed = targets(originals(messages, out, origins), out, origins, context)
         gone = [Target(i, messages[i].role, "dropped", count(messages[i]), 0,
-                       messages[i].name if messages[i].role == "tool" else None)
+                       messages[i].name if messages[i].role == "tool" else None,
+                       handle=span)
                 for g in dropped for i in range(g.start, g.end)]
         return PolicyOutcome(
             messages=out, method=self.name, targets=(*gone, *changed),
@@ -344,9 +360,12 @@ class SummaryPolicy:
 _SUMMARY_FRAME = 80  # tokens of the summary message around its text (prefix, stamp)
 
 
-def _notice(dropped: int, now: datetime | None) -> Message:
-    return Message(role="user", content=SUMMARY_NOTICE.format(dropped=dropped),
-                   source="summary", created_at=now, metadata={"compaction": "notice"})
+def _notice(dropped: int, now: datetime | None, handle: str | None) -> Message:
+    text = SUMMARY_NOTICE.format(dropped=dropped)
+    if dropped and handle is not None:
+        text += "\n" + HANDLE_LINE.format(count=dropped, handle=handle)
+    return Message(role="user", content=text, source="summary", created_at=now,
+                   metadata={"compaction": "notice"})
 
 
 def _preserve_from(groups: Sequence[Group], limit: int, count: Callable[[Message], int]) -> int:
