@@ -8,7 +8,9 @@
    "policy alone" answers the summary request with a fixed text; "compact()" is the whole
    call with the extractive summarizer and the summary service. Target: under 500 ms.
    Then ``compact()`` of a short run whose one tool result is 10 MB, nothing counted or
-   scanned yet, with each policy that compacts big results. Target: under 1 s.
+   scanned yet, with each policy that compacts big results. Target: under 1 s. And
+   ``TurnAwarePolicy`` from 1,000 to 4,000 short messages, nothing counted yet. Target: at
+   most 4.5x.
 2. **Fidelity.** The 200 tau-bench airline trajectories (GPT-4o), each compacted to half
    of its conversation (the system prompt, which both sides keep, plus half of the rest).
    Probes are the gold actions' argument values (``info.task.actions[*].kwargs``, leaves
@@ -209,6 +211,46 @@ def huge_result_rows(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def turn_growth_rows(quick: bool) -> list[dict[str, Any]]:
+    """How ``compact()`` with ``TurnAwarePolicy`` grows from 1,000 to 4,000 short messages
+    (turns of a request, one tool call and an answer; 80-character results) at a
+    4,000-token window, nothing counted yet, beside ``trim_messages`` on the same histories
+    (target: at most 4.5x for four times the messages)."""
+    from langchain_core.messages import trim_messages
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from run import best_of
+
+    budget = cf.Budget(context_window=4_000)
+    times: dict[str, dict[int, float]] = {"ours": {}, "peer": {}}
+    for n in (1_000, 4_000):
+        history = generate_history(3, turns=n // 4, tools_per_turn=1, tool_chars=80)[:n]
+        current = [history]
+
+        def fresh(history: list[cf.Message] = history,
+                  current: list[list[cf.Message]] = current) -> None:
+            current[0] = [dataclasses.replace(m) for m in history]
+
+        times["ours"][n] = best_of(
+            lambda current=current: cf.compact(current[0], policy=cf.TurnAwarePolicy(),
+                                               budget=budget, counter=exact_counter()),
+            repeat=1 if quick else 3, setup=fresh)
+        lc = to_langchain(history)
+        times["peer"][n] = best_of(
+            lambda lc=lc: trim_messages(lc, max_tokens=budget.input_budget, strategy="last",
+                                        token_counter=count_tokens_approximately,
+                                        include_system=True, start_on="human"),
+            repeat=1 if quick else 3)
+    growth = {side: t[4_000] / t[1_000] for side, t in times.items()}
+    return [{
+        "name": "TurnAwarePolicy, 1,000 -> 4,000 short messages, cold: growth",
+        "ours": growth["ours"], "peer": growth["peer"], "unit": "x",
+        "notes": (f"{times['ours'][1_000]:.0f} -> {times['ours'][4_000]:.0f} ms; "
+                  f"trim_messages(count_tokens_approximately) {times['peer'][1_000]:.1f} -> "
+                  f"{times['peer'][4_000]:.1f} ms; target <= 4.5x"),
+    }]
+
+
 # -- 2. fidelity on tau-bench airline ------------------------------------------------
 
 
@@ -306,7 +348,8 @@ def fidelity_rows(quick: bool) -> list[dict[str, Any]]:
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """Speed and fidelity rows."""
-    return [*speed_rows(quick), *huge_result_rows(quick), *fidelity_rows(quick)]
+    return [*speed_rows(quick), *huge_result_rows(quick), *turn_growth_rows(quick),
+            *fidelity_rows(quick)]
 
 
 if __name__ == "__main__":
