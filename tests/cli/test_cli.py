@@ -252,8 +252,12 @@ def test_cached_prefix_counts_calls_that_start_with_the_whole_previous_request(
     rows = evaluate([t], [Contender("whole", _whole), Contender("short", _whole_but_old)],
                     fractions=(1.0,), counter=counter)
     by = {r.contender: r for r in rows}
-    calls = len(step_boundaries(t.messages))
-    assert by["whole"].prefix_pairs == by["short"].prefix_pairs == calls - 1
+    # each measured call (one that uses earlier probes, answers a question, or the last)
+    # beside the model call before it
+    calls = step_boundaries(t.messages)
+    measured = {*needed_next(t), *t.asked, len(t.messages)}
+    pairs = sum(1 for n in measured if any(c < n for c in calls))
+    assert by["whole"].prefix_pairs == by["short"].prefix_pairs == pairs > 3
     assert by["whole"].cached_score == 1.0  # every request extends the one before
     assert by["short"].cached_score == 0.0  # a sliding window never repeats its start
     a, b = cf.Message("user", "a"), cf.Message("assistant", "b")

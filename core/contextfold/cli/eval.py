@@ -23,9 +23,9 @@ ledger copy from, so a contender cannot score by copying what the grader looks f
   read back through a handle in view (``read_original``, following the handles inside what
   it reads), with the contender's originals in a store. Peers keep no originals: theirs is
   what they keep in view;
-* **cached prefix**: of consecutive model calls, the share whose request starts with the
-  whole previous request (message for message, as the provider receives it): what a
-  provider's prompt cache can reuse.
+* **cached prefix**: of the measured calls, the share whose request starts with the whole
+  request of the model call before it (message for message, as the provider receives it):
+  what a provider's prompt cache can reuse.
 
 A context a provider would reject (invalid sequence) or that exceeds the allowance keeps
 nothing: that request fails, so its probes count as lost. A contender that raises (for
@@ -263,6 +263,19 @@ def cached_prefixes(requests: Sequence[Sequence[Message]]) -> tuple[int, int]:
     return max(0, len(forms) - 1), kept
 
 
+def _with_previous_call(measured: Sequence[int], calls: Sequence[int]
+                        ) -> list[tuple[int, int]]:
+    """Each measured call paired with the model call before it (the cached prefix is taken
+    over these pairs: a sample of the conversation's calls, at no more than twice the cost
+    of the calls measured anyway)."""
+    out = []
+    for n in measured:
+        before = [c for c in calls if c < n]
+        if before:
+            out.append((before[-1], n))
+    return out
+
+
 def probes_of(transcript: Transcript) -> tuple[list[str], list[str]]:
     """(identifier probes, gold-value probes) of a transcript, each present in its text."""
     body = [m for m in transcript.messages if m.role not in SYSTEM_ROLES]
@@ -350,8 +363,9 @@ def evaluate(
                 allowance = system + max(int((total - system) * fraction), 1)
                 row.needed += sum(map(len, need.values()))
                 row.asked += sum(map(len, t.asked.values()))
-                calls = step_boundaries(t.messages)
-                cuts = sorted({*need, *t.asked, *calls, len(t.messages)})
+                measured = sorted({*need, *t.asked, len(t.messages)})
+                pairs = _with_previous_call(measured, step_boundaries(t.messages))
+                cuts = sorted({n for pair in pairs for n in pair} | set(measured))
                 try:
                     seen_at = contender.contexts_at(t, allowance, counter, cuts)
                     at = seen_at.sent
@@ -360,7 +374,7 @@ def evaluate(
                     row.errors.append(f"{t.name}: {type(exc).__name__}: {exc}")
                     row.probes += len(idents)
                     row.gold += len(gold)
-                    row.prefix_pairs += max(0, len(calls) - 1)
+                    row.prefix_pairs += len(pairs)
                     row.tokens_before += total
                     row.tokens_after += total
                     continue
@@ -385,9 +399,8 @@ def evaluate(
                 row.kept += sum(1 for p in idents if p in text)
                 back = seen_at.originals(text) if text else ""
                 row.recoverable += sum(1 for p in idents if p in text or p in back)
-                pairs, kept = cached_prefixes([at[n] for n in calls])
-                row.prefix_pairs += pairs
-                row.prefix_kept += kept
+                row.prefix_pairs += len(pairs)
+                row.prefix_kept += sum(cached_prefixes([at[a], at[b]])[1] for a, b in pairs)
                 row.gold += len(gold)
                 row.gold_kept += sum(1 for g in gold if g in text)
                 row.tokens_before += total
