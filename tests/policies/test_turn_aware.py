@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._policies.prompt_source import prompt_kind
-from contextfold.policy import CompactionContext, ConversationState, split_groups
+from contextfold.policy import (
+    CompactionContext,
+    ConversationState,
+    HeadTail,
+    shrink_message,
+    split_groups,
+)
 from contextfold.testing import assert_valid_within, histories
 
 M, TC = cf.Message, cf.ToolCall
@@ -112,6 +118,22 @@ def test_history_is_dropped_oldest_first_then_the_current_turn_shrinks(counter):
     assert [m.text for m in out if m.role == "user"] == ["current"]
     assert out[-2:] == current[-2:] or "[TRUNCATED" in out[-1].text
     assert_valid_within(out, tight, counter)
+
+
+def test_an_older_result_whose_cut_takes_more_tokens_stays_whole(counter):
+    # A cut is shorter in characters, but its label's digits and punctuation take more
+    # tokens than the words of a short result: kept, it pushed a current turn that fits
+    # over the budget, and the turn's earlier loop was dropped.
+    words = ("order flight agent cabin report report config trade cancelled retry cancelled "
+             "request route error line station baggage mark")
+    system = M("system", "You are an agent.")
+    old = [M("user", "old question"), *loop("h", "history " * 300)]
+    current = [M("user", "new question"), *loop("short", words), *loop("latest", "done")]
+    cut = shrink_message(current[2], HeadTail())
+    assert counter.count_message(cut) > counter.count_message(current[2])
+    budget = cf.Budget(context_window=counter.count_messages([system, *current]))
+    out = compact([system, *old, *current], budget=budget, counter=counter).messages
+    assert out == [system, *current]
 
 
 def test_budget_error_only_when_system_and_prompt_do_not_fit(counter):

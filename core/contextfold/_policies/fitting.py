@@ -21,6 +21,7 @@ __all__ = [
     "fits_budget",
     "originals",
     "same",
+    "shrink_if_fewer_tokens",
     "shrink_largest_first",
     "shrink_message",
     "squeeze",
@@ -95,23 +96,40 @@ def _shrunk(
     return replace(message, content=cut)
 
 
+def shrink_if_fewer_tokens(
+    message: Message, shape: HeadTail, count: Callable[[Message], int],
+    handle: str | None = None,
+) -> Message:
+    """:func:`shrink_message`'s cut of ``message`` when ``count`` finds it smaller, else
+    ``message`` itself.
+
+    A cut is always shorter in characters, but its label (``[TRUNCATED — 123 chars
+    original, ...]``: digits and punctuation) can take more tokens than the words it stands
+    for in a short result; kept, such a cut would grow the output it was made to shrink.
+    """
+    cut = shrink_message(message, shape, handle=handle)
+    if cut is message or count(cut) >= count(message):
+        return message
+    return cut
+
+
 def shrink_largest_first(
-    out: list[Message], positions: Sequence[int], fits: Fits, shape: HeadTail,
+    out: list[Message], positions: Sequence[int], fits: BudgetFit, shape: HeadTail,
     context: CompactionContext | None = None,
 ) -> bool:
     """Shrink the messages at ``positions`` of ``out`` (in place) with ``shape``, largest
-    first, until ``out`` fits. Shrunk messages stay shrunk when it still does not fit.
-    With ``context`` each label names the original's ``ctx_`` handle."""
-    # With the budget check, the tokens over the budget are kept as a running total and the
-    # output is measured again only once that total says it fits (a counter that is not
-    # additive may disagree; the exact check then goes on at every step).
-    over = fits.over(out) if isinstance(fits, BudgetFit) else None
+    first, until ``out`` fits; a message whose cut would take more tokens stays whole.
+    Shrunk messages stay shrunk when it still does not fit. With ``context`` each label
+    names the original's ``ctx_`` handle."""
+    # The tokens over the budget are kept as a running total and the output is measured
+    # again only once that total says it fits (a counter that is not additive may
+    # disagree; the exact check then goes on at every step).
+    over = fits.over(out)
     for k in sorted(positions, key=lambda k: _size(out[k]), reverse=True):
-        if (over is None or over <= 0) and fits(out):
+        if over <= 0 and fits(out):
             return True
-        new = shrink_message(out[k], shape, handle=_ref(out[k], context))
-        if over is not None and isinstance(fits, BudgetFit):
-            over -= fits.count(out[k]) - fits.count(new)
+        new = shrink_if_fewer_tokens(out[k], shape, fits.count, handle=_ref(out[k], context))
+        over -= fits.count(out[k]) - fits.count(new)
         out[k] = new
     return fits(out)
 

@@ -30,12 +30,12 @@ from .._messages.structure import Group, leading_system_count, split_groups
 from ..prompts._loader import TemporalContext
 from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import (
-    Fits,
+    BudgetFit,
     fits_budget,
     originals,
     same,
+    shrink_if_fewer_tokens,
     shrink_largest_first,
-    shrink_message,
     targets,
 )
 from .head_tail import HeadTail
@@ -107,7 +107,7 @@ class _Plan:
                 out.append(self.replaced.get(o, messages[o]))
         return out, origins
 
-    def shrink(self, messages: Sequence[Message], indices: set[int], fits: Fits,
+    def shrink(self, messages: Sequence[Message], indices: set[int], fits: BudgetFit,
                shape: HeadTail) -> bool:
         """Cut tool results at input ``indices`` head+tail, largest first, until it fits."""
         out, origins = self.build(messages)
@@ -245,7 +245,7 @@ class TurnAwarePolicy(SimplePolicy):
             cut = [i for g in middle if g.is_tool_loop for i in range(g.start, g.end)
                    if messages[i].role == "tool"] if fit.older_cut else []
             for i in [*cut, *fit.loop_cut]:
-                new = shrink_message(messages[i], self.shape)
+                new = shrink_if_fewer_tokens(messages[i], self.shape, context.counter.count_message)
                 if new is not messages[i]:
                     plan.replaced[i] = new
         return plan, choice, fit

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from .._messages.model import Message
 from .._messages.structure import Group
 from .contract import CompactionContext
-from .fitting import shrink_message
+from .fitting import shrink_if_fewer_tokens
 from .head_tail import HeadTail
 from .prompt_source import prompt_kind
 from .scans import GroupScan
@@ -42,8 +42,9 @@ class TurnSums:
         self.turns: list[list[int]] = []  # input positions each compressed turn keeps
         self.turn_tokens: list[int] = []
         self.open: list[int] = []  # groups of the turn still open
-        # cut[i]: tokens before position i with every tool result of a loop cut head+tail;
-        # saved[i]: the positive savings of those cuts; loops[i]: loop heads before i.
+        # cut[i]: tokens before position i with every tool result of a loop cut head+tail
+        # (where the cut takes fewer tokens, as the policy cuts them); saved[i]: the positive
+        # savings of those cuts; loops[i]: loop heads before i.
         self.cut = [0]
         self.saved = [0]
         self.loops = [0]
@@ -84,7 +85,7 @@ class TurnSums:
             n = scan.tokens(i, i + 1)
             c = n
             if m.role == "tool" and _in_loop(messages, scan, i):
-                c = count(shrink_message(m, shape))
+                c = count(shrink_if_fewer_tokens(m, shape, count))
             cut.append(cut[-1] + c)
             saved.append(saved[-1] + max(0, n - c))
             loops.append(loops[-1] + bool(m.tool_calls and i >= scan.n_sys))
@@ -166,7 +167,7 @@ def fit_by_sums(
         for i in sorted(tools, key=lambda i: _size(messages[i]), reverse=True):
             if over <= 0:
                 break
-            new = shrink_message(messages[i], shape)
+            new = shrink_if_fewer_tokens(messages[i], shape, context.counter.count_message)
             over -= scan.tokens(i, i + 1) - context.counter.count_message(new)
             if new is not messages[i]:
                 fit.loop_cut.add(i)
