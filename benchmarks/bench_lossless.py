@@ -121,6 +121,7 @@ def rows_for(label: str, transcripts: Sequence[Transcript], fraction: float
             "name": f"{label} at {fraction:.0%}, originals in {place}: recoverable",
             "ours": round(recoverable, 2),
             "peer": round(present, 2),
+            "ratio": recoverable / present if present else None,  # higher is better
             "unit": "% probes",
             "notes": (f"peer = present in the context; {tally.probes} probes in "
                       f"{tally.runs - tally.failed}/{tally.runs} runs that fit "
