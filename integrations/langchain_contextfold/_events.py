@@ -12,20 +12,18 @@ error.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
+from uuid import UUID
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
     CallbackManager,
     CallbackManagerForLLMRun,
-    adispatch_custom_event,
-    dispatch_custom_event,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import (
@@ -79,18 +77,6 @@ def _write(name: str, payload: Callable[[], dict[str, Any]], writer: Writer | No
         logger.debug("contextfold: stream writer failed", exc_info=True)
 
 
-def _manager_of(run_manager: RunManager) -> CallbackManager:
-    return CallbackManager(
-        handlers=run_manager.handlers,
-        inheritable_handlers=run_manager.inheritable_handlers,
-        parent_run_id=run_manager.parent_run_id,
-        tags=run_manager.tags,
-        inheritable_tags=run_manager.inheritable_tags,
-        metadata=run_manager.metadata,
-        inheritable_metadata=run_manager.inheritable_metadata,
-    )
-
-
 Payload = dict[str, Any] | Callable[[], dict[str, Any]]
 """An event's data, or a function that makes it: called once, only when someone receives
 the event (a report's payload reads every figure and target, which on a long history
@@ -128,12 +114,10 @@ def emit(
         writer: LangGraph's stream writer, when the caller has it (middleware).
     """
     payload = _once(data)
-    if run_manager is not None:
-        if run_manager.handlers:
-            _manager_of(run_manager).on_custom_event(name, payload(), run_id=run_manager.run_id)
-    elif _listened(get_callback_manager_for_config(ensure_config(config))):
-        with contextlib.suppress(RuntimeError):  # no parent run: not inside a traced run
-            dispatch_custom_event(name, payload(), config=config)
+    receiver = _receiver(CallbackManager, run_manager, config)
+    if receiver is not None:
+        manager, run_id = receiver
+        manager.on_custom_event(name, payload(), run_id=run_id)
     _write(name, payload, writer)
 
 
@@ -145,27 +129,39 @@ async def aemit(
     run_manager: RunManager | None = None,
     writer: Writer | None = None,
 ) -> None:
-    """The async form of :func:`emit` (``adispatch_custom_event``)."""
+    """The async form of :func:`emit`."""
     payload = _once(data)
-    if run_manager is not None:
-        if run_manager.handlers:
-            manager = AsyncCallbackManager(
-                handlers=run_manager.handlers,
-                inheritable_handlers=run_manager.inheritable_handlers,
-                parent_run_id=run_manager.parent_run_id,
-                tags=run_manager.tags,
-                inheritable_tags=run_manager.inheritable_tags,
-                metadata=run_manager.metadata,
-                inheritable_metadata=run_manager.inheritable_metadata,
-            )
-            await manager.on_custom_event(name, payload(), run_id=run_manager.run_id)
-    elif _listened(get_async_callback_manager_for_config(ensure_config(config))):
-        with contextlib.suppress(RuntimeError):
-            await adispatch_custom_event(name, payload(), config=config)
+    receiver = _receiver(AsyncCallbackManager, run_manager, config)
+    if receiver is not None:
+        manager, run_id = receiver
+        await manager.on_custom_event(name, payload(), run_id=run_id)
     _write(name, payload, writer)
 
 
-def _listened(manager: CallbackManager | AsyncCallbackManager) -> bool:
-    """Whether a custom event dispatched for the current run reaches a handler (one needs
-    a parent run and a handler to reach)."""
-    return manager.parent_run_id is not None and bool(manager.handlers)
+Manager = TypeVar("Manager", CallbackManager, AsyncCallbackManager)
+
+
+def _receiver(
+    kind: type[Manager], run_manager: RunManager | None, config: RunnableConfig | None,
+) -> tuple[Manager, UUID] | None:
+    """The callback manager an event goes to and the run it is attached to: the chat
+    model's run when there is a run manager, else the parent run of the current config (as
+    ``dispatch_custom_event`` finds it); ``None`` when no handler would receive it."""
+    if run_manager is not None:
+        manager = kind(
+            handlers=run_manager.handlers,
+            inheritable_handlers=run_manager.inheritable_handlers,
+            parent_run_id=run_manager.parent_run_id,
+            tags=run_manager.tags,
+            inheritable_tags=run_manager.inheritable_tags,
+            metadata=run_manager.metadata,
+            inheritable_metadata=run_manager.inheritable_metadata,
+        )
+        run_id: UUID | None = run_manager.run_id
+    else:
+        found = (get_callback_manager_for_config if kind is CallbackManager
+                 else get_async_callback_manager_for_config)(ensure_config(config))
+        manager, run_id = cast(Manager, found), found.parent_run_id
+    if run_id is None or not manager.handlers:
+        return None
+    return manager, run_id
