@@ -23,6 +23,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     ToolCallBlock,
 )
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.llms.mock import MockFunctionCallingLLM, MockLLM
 from pydantic import Field
 
@@ -134,3 +135,16 @@ def page_text(n: int, words: int = 400) -> str:
     """A large tool result with identifiers in it."""
     body = " ".join(f"row{n}-{i} value={i * n}" for i in range(words // 2))
     return f"PAGE {n} ORDER-{n:05d}\n{body}"
+
+
+class EventCollector(BaseEventHandler):
+    """Collects the LlamaIndex instrumentation events it is given."""
+
+    events: list[Any]
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "EventCollector"
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        self.events.append(event)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from li_fakes import COUNTER, Overflow, Request, ScriptedAgentLLM, page_text
+from li_fakes import COUNTER, EventCollector, Overflow, Request, ScriptedAgentLLM, page_text
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.tools import FunctionTool
@@ -237,20 +236,9 @@ def test_overflow_errors_are_recognised() -> None:
 # -- instrumentation ---------------------------------------------------------------------
 
 
-class _Collector(BaseEventHandler):
-    events: list[Any]
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Collector"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.events.append(event)
-
-
 async def test_each_compaction_emits_an_event_inside_a_span() -> None:
     root = get_dispatcher()
-    collector = _Collector(events=[])
+    collector = EventCollector(events=[])
     root.add_event_handler(collector)
     try:
         inner = ScriptedAgentLLM(rounds=20)

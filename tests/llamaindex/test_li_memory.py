@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from li_fakes import COUNTER
+from li_fakes import COUNTER, EventCollector
 from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.memory import ChatMemoryBuffer
 
@@ -414,24 +414,12 @@ def test_the_model_can_ask_the_memory_for_a_compaction_with_a_focus() -> None:
 
 
 def test_a_first_get_counts_only_what_it_keeps_unless_an_event_handler_listens() -> None:
-    from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
-    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-
-    from llama_index.memory.contextfold._instrumentation import CompactionAppliedEvent
-
-    class Collector(BaseEventHandler):
-        events: list[Any]
-
-        @classmethod
-        def class_name(cls) -> str:
-            return "Collector"
-
-        def handle(self, event: Any, **kwargs: Any) -> None:
-            self.events.append(event)
-
     from unittest import mock
 
+    from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
+
     from contextfold import _telemetry
+    from llama_index.memory.contextfold._instrumentation import CompactionAppliedEvent
 
     history = [m for i in range(200) for m in _tool_round(i, size=20)]
     key = "tokens:" + COUNTER.name
@@ -441,7 +429,7 @@ def test_a_first_get_counts_only_what_it_keeps_unless_an_event_handler_listens()
         _assert_view(memory.get())
     stored = memory._loaded()
     assert sum(m.has_derived(key) for m in stored) < len(stored) // 4  # the view and a bit
-    collector = Collector(events=[])
+    collector = EventCollector(events=[])
     root = get_dispatcher()
     root.add_event_handler(collector)
     try:
