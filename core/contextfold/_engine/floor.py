@@ -46,8 +46,8 @@ def floor_outcome(
     if context.measure(out) > context.budget.input_budget:
         raise error
     dropped = len(view) - len(out)
-    left_out = [m for i, m in enumerate(view) if n_sys <= i != latest]
-    span = handle_for(left_out) if left_out else None
+    left_out = [i for i in range(n_sys, len(view)) if i != latest]
+    span = handle_for(view[i] for i in left_out) if left_out else None
     plain = FLOOR_NOTICE.format(dropped=dropped)
     texts = [plain + "\n" + replaced_line(dropped, span), plain] if span else [plain]
     for text in texts:  # the notice naming the handle of what it left out, else without it
@@ -59,9 +59,9 @@ def floor_outcome(
             break
     count = context.counter.count_message
     gone = tuple(
-        Target(i, m.role, "dropped", count(m), 0, m.name if m.role == "tool" else None,
-               handle=span)
-        for i, m in enumerate(view) if n_sys <= i != latest
+        Target(i, view[i].role, "dropped", count(view[i]), 0,
+               view[i].name if view[i].role == "tool" else None, handle=span)
+        for i in left_out
     )
     return PolicyOutcome(
         messages=out, method="floor", targets=gone,

@@ -193,8 +193,9 @@ class SummaryPolicy:
         pinned = [g for g in older if verbatim(g) and g not in first]
         kept = [m for g in (*first, *pinned, *recent) for m in g.messages]
         spare = room - sum(count(m) for m in kept) - _SUMMARY_FRAME
+        summarized = tuple(m for g in folded for m in g.messages)
         reply: SummaryReply = yield SummaryRequest(
-            messages=tuple(m for g in folded for m in g.messages),
+            messages=summarized,
             instructions=self.instructions,
             max_tokens=max(64, min(spare, summary_room)),
             purpose="summary",
@@ -204,8 +205,7 @@ class SummaryPolicy:
         )
         if reply.text is None:
             return self._failed(messages, system, groups, context, notes, reply)
-        folded_messages = [m for g in folded for m in g.messages]
-        replaced = (len(folded_messages), handle_for(folded_messages))
+        replaced = (len(summarized), handle_for(summarized))
         summary = summary_message(reply.text, context.now, self.tz, replaced)
         head = [m for g in first for m in g.messages]
         out = [*system, *head, summary, *(m for g in (*pinned, *recent) for m in g.messages)]
