@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
-from .._lossless.references import HANDLE_RE, read_original
+from .._lossless.references import HANDLE_RE, OriginalsSource, read_original
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
 from .._policies.contract import Policy
@@ -225,7 +225,7 @@ def independent_identifiers(text: str) -> list[str]:
     return list(found)
 
 
-def recoverable_text(source: object, conversation_id: str, text: str) -> str:
+def recoverable_text(source: OriginalsSource, conversation_id: str, text: str) -> str:
     """Every original reachable from the handles in ``text`` through ``read_original``
     (each read page by page and joined as it was written, then the handles inside it
     followed), one after another."""
@@ -240,8 +240,7 @@ def recoverable_text(source: object, conversation_id: str, text: str) -> str:
         offset: int | None = 0
         pages: list[str] = []
         while offset is not None:
-            page = read_original(source, conversation_id, handle, offset=offset,  # type: ignore[arg-type]
-                                 limit=20_000)
+            page = read_original(source, conversation_id, handle, offset=offset, limit=20_000)
             if "error" in page:
                 break
             pages.append(page["content"])
