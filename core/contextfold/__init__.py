@@ -18,20 +18,20 @@ The root holds what users call. The rest is grouped by who needs it:
 * :mod:`contextfold.integration`: connecting a framework or a provider (the call loop).
 """
 
+from ._contract.report import CompactionReport, CompactionResult
 from ._counting.budget import Budget
 from ._counting.counters import EstimatingCounter, TiktokenCounter, TokenCounter, counter_for_model
 from ._counting.endpoint import EndpointCounter
 from ._counting.usage import UsageBreakdown
 from ._engine.compactor import Compactor, acompact, compact
 from ._engine.events import CompactionApplied, CompactionStarted, ConversationIdle
-from ._engine.result import CompactionReport, CompactionResult
-from ._lossless.clearing import ClearToolResultsPass
-from ._lossless.dedupe import DedupeSupersededPass
 from ._lossless.ledger import Ledger
 from ._messages.anthropic import from_anthropic, to_anthropic
 from ._messages.model import ImagePart, Message, TextPart, ToolCall
 from ._messages.openai import from_openai, to_openai
 from ._messages.validation import repair, validate
+from ._policies.clearing import ClearToolResultsPass
+from ._policies.dedupe import DedupeSupersededPass
 from ._policies.loop_slice import LoopSlicePolicy
 from ._policies.passes import StripImagesPass
 from ._policies.pipeline import Pipeline

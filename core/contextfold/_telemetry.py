@@ -24,7 +24,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._engine.result import CompactionReport
+    from ._contract.report import CompactionReport
 
 __all__ = [
     "INSTRUMENTATION",

@@ -26,7 +26,9 @@ from ._engine.calls import (
 )
 from ._engine.controls import COMPACT_CONTEXT_DESCRIPTION, compact_context_tool
 from ._engine.kept_counts import CountKeeper
-from ._engine.overflow import (
+from ._messages.model import at_index
+from ._optional import require as require_extra
+from ._provider_errors import (
     OVERFLOW_PHRASES,
     ErrorKind,
     Overflow,
@@ -35,12 +37,10 @@ from ._engine.overflow import (
     overflow_figures,
     overflow_of,
 )
-from ._messages.model import at_index
-from ._optional import require as require_extra
+from ._stores.codec import decode as message_from_dict
+from ._stores.codec import encode as message_to_dict
 from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
 from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
-from .stores._codec import decode as message_from_dict
-from .stores._codec import encode as message_to_dict
 
 __all__ = [
     "COMPACT_CONTEXT_DESCRIPTION",

@@ -22,9 +22,21 @@ handle to the original, importance scoring, identifier extraction, prompt kinds 
 ``contextfold.testing.run_policy`` drives a policy by hand in tests.
 """
 
-from ._lossless.learning import LearnedImportance, learning_of
+from ._contract.policy import (
+    CompactionContext,
+    ConversationState,
+    Lineage,
+    Policy,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryReply,
+    SummaryRequest,
+    Target,
+)
+from ._head_tail import HeadTail, truncate_head_tail
 from ._lossless.references import HANDLE_RE, handle_for, handle_text
 from ._messages.model import ContentPart, OpaquePart, Role
+from ._messages.prompt_kinds import prompt_kind
 from ._messages.structure import (
     SYSTEM_ROLES,
     Group,
@@ -34,22 +46,11 @@ from ._messages.structure import (
     split_turns,
     tool_loops,
 )
-from ._policies.contract import (
-    CompactionContext,
-    ConversationState,
-    Lineage,
-    Policy,
-    PolicyOutcome,
-    PolicyRun,
-    SimplePolicy,
-    SummaryReply,
-    SummaryRequest,
-    Target,
-)
 from ._policies.fitting import shrink_message
-from ._policies.head_tail import HeadTail, truncate_head_tail
 from ._policies.importance import ImportanceScore, score_importance
-from ._policies.prompt_source import NudgeConfig, prompt_kind
+from ._policies.learning import LearnedImportance, learning_of
+from ._policies.prompt_source import NudgeConfig
+from ._policies.simple import SimplePolicy
 from ._summaries.identifiers import extract_identifiers
 
 __all__ = [

@@ -33,11 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 from ._chats import GeneratedChat, PlantedFact, generate_chat
-from ._counting.budget import Budget
-from ._counting.counters import TokenCounter
-from ._messages.model import ContentPart, ImagePart, Message, TextPart, ToolCall
-from ._messages.validation import validate
-from ._policies.contract import (
+from ._contract.policy import (
     CompactionContext,
     Policy,
     PolicyOutcome,
@@ -45,6 +41,10 @@ from ._policies.contract import (
     SummaryRequest,
     resolved,
 )
+from ._counting.budget import Budget
+from ._counting.counters import TokenCounter
+from ._messages.model import ContentPart, ImagePart, Message, TextPart, ToolCall
+from ._messages.validation import validate
 from ._summaries.summarizer import ScriptedSummarizer
 from .errors import MissingExtraError
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import contextfold as cf
+from contextfold._head_tail import truncate_head_tail
 from contextfold._messages.structure import leading_system_count
-from contextfold._policies.head_tail import truncate_head_tail
 from contextfold.policy import (
     CompactionContext,
     PolicyOutcome,

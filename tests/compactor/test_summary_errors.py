@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import contextfold as cf
-from contextfold._engine.overflow import error_kind, overflow_of
+from contextfold._provider_errors import error_kind, overflow_of
 from contextfold._summaries.service import SummaryService
 from contextfold.policy import SummaryRequest
 from contextfold.testing import ScriptedSummarizer

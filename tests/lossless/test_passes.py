@@ -7,8 +7,8 @@ import json
 import pytest
 
 import contextfold as cf
-from contextfold._lossless.learning import apply_learning, learned_in
 from contextfold._policies.importance import score_messages
+from contextfold._policies.learning import apply_learning, learned_in
 from contextfold.errors import ConfigurationError
 from contextfold.policy import (
     CompactionContext,

@@ -15,7 +15,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policies.prompt_source import find_prompt
+from contextfold._messages.prompt_kinds import find_prompt
 from contextfold.testing import assert_valid_within, chats, generate_chat
 
 # What each policy fills, and at least how much of it: the threshold-based ones compact

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policies.prompt_source import FIRM, GENTLE, prompt_kind
+from contextfold._messages.prompt_kinds import prompt_kind
+from contextfold._policies.prompt_source import FIRM, GENTLE
 from contextfold.errors import ConfigurationError
 from contextfold.policy import CompactionContext, ConversationState, NudgeConfig, tool_loops
 from contextfold.prompts import TemporalContext

@@ -9,10 +9,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._head_tail import truncation_label
 from contextfold._lossless.ledger import LEDGER_HEADER
+from contextfold._messages.prompt_kinds import NON_PROMPT_SOURCES
 from contextfold._policies.fitting import shrink_message
-from contextfold._policies.head_tail import truncation_label
-from contextfold._policies.prompt_source import NON_PROMPT_SOURCES
 from contextfold._policies.threshold import (
     COMPACTION_NOTICE,
     CONTINUATION_NUDGE,

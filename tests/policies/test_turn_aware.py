@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._policies.prompt_source import prompt_kind
+from contextfold._messages.prompt_kinds import prompt_kind
 from contextfold.policy import (
     CompactionContext,
     ConversationState,

@@ -11,7 +11,7 @@ from pathlib import Path
 from store_helpers import PostgresSchema, raw_sql
 
 import contextfold as cf
-from contextfold.stores._migrations import MIGRATIONS
+from contextfold._stores.migrations import MIGRATIONS
 
 # One append = one batch of two messages: after a crash a batch is all there or absent.
 WRITER = """

@@ -12,11 +12,11 @@ import pytest
 from store_helpers import SQL_BACKENDS, PostgresSchema, raw_sql
 
 import contextfold as cf
+from contextfold._stores.codec import dumps
+from contextfold._stores.postgres import postgres_search_sql
 from contextfold.errors import ConfigurationError, CorruptRowError, SchemaVersionError, StoreError
 from contextfold.stores import BaseStore, _migrations
 from contextfold.stores import _sqlite as sqlite
-from contextfold.stores._codec import dumps
-from contextfold.stores._postgres import postgres_search_sql
 from spy_counting import again, spy_counter
 
 sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)
@@ -64,7 +64,7 @@ def test_a_failing_migration_leaves_nothing_behind(
         sqlite=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
         postgres=('CREATE TABLE "half_done" ("x" INTEGER)', "THIS IS NOT SQL"),
     )
-    module = "contextfold.stores._sqlite" if backend == "sqlite" else "contextfold.stores._postgres"
+    module = "contextfold._stores.sqlite" if backend == "sqlite" else "contextfold._stores.postgres"
     monkeypatch.setattr(f"{module}.MIGRATIONS", (*_migrations.MIGRATIONS, broken))
     with pytest.raises(StoreError):
         open_store()
@@ -125,7 +125,7 @@ def test_a_database_of_the_first_schema_migrates_and_its_messages_get_counts(
     backend: str, open_store: Opener, request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    module = "contextfold.stores._sqlite" if backend == "sqlite" else "contextfold.stores._postgres"
+    module = "contextfold._stores.sqlite" if backend == "sqlite" else "contextfold._stores.postgres"
     thread = [cf.Message("system", "You route cargo ships."),
               cf.Message("user", "plot a course to Kepler"),
               cf.Message("assistant", "course plotted: three jumps")]

@@ -34,8 +34,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._contract.policy import PolicyOutcome
 from .._messages.model import Message
-from .._policies.contract import PolicyOutcome
 from .._summaries.service import SummaryService
 
 __all__ = ["Prepared", "prepare_in_task", "prepare_in_thread"]

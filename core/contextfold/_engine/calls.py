@@ -33,15 +33,15 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar, Union
 
 from .._config import Ge, check
+from .._contract.report import CompactionResult
 from .._counting.budget import Budget
 from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
+from .._provider_errors import Overflow, overflow_of
+from .._stores.protocols import HistoryStore
 from ..errors import CompactionError, ConfigurationError, ContextOverflowError
-from ..stores._protocols import HistoryStore
 from .compactor import Compactor
 from .kept_counts import CountKeeper
-from .overflow import Overflow, overflow_of
-from .result import CompactionResult
 
 __all__ = [
     "CallLoop",

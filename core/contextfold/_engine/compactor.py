@@ -59,20 +59,7 @@ from functools import partial
 from typing import Annotated, Any, Generic, TypeVar
 
 from .._config import Ge, check
-from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
-from .._counting.usage import UsageBreakdown, usage_of
-from .._lossless.handles import Block, HandleMemo, with_handles
-from .._lossless.learning import learned_in, learning_of
-from .._lossless.references import (
-    ReferenceCache,
-    _keeps_originals,
-    default_references,
-    persist_originals,
-)
-from .._messages.model import Message
-from .._messages.validation import repair, validate
-from .._policies.contract import (
+from .._contract.policy import (
     CompactionContext,
     ConversationState,
     Policy,
@@ -82,13 +69,24 @@ from .._policies.contract import (
     SummaryRequest,
     Target,
 )
+from .._contract.report import CompactionReport, CompactionResult, on_read
+from .._counting.budget import Budget
+from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
+from .._counting.usage import UsageBreakdown, usage_of
+from .._lossless.handles import Block, HandleMemo, with_handles
+from .._lossless.originals import persist_originals
+from .._lossless.references import keeps_originals
+from .._messages.model import Message
+from .._messages.validation import repair, validate
+from .._policies.learning import LearnedImportance, learned_in, learning_of
+from .._stores.protocols import HistoryStore
+from .._stores.reference_cache import ReferenceCache, default_references
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
-from ..stores._protocols import HistoryStore
 from .ahead import Prepared, prepare_in_task, prepare_in_thread
 from .events import (
     CompactionApplied,
@@ -102,7 +100,6 @@ from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
 from .rebuild import RebuildMemo
-from .result import CompactionReport, CompactionResult, on_read
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -268,6 +265,12 @@ class Compactor:
     def state(self) -> ConversationState:
         """The conversation's state, passed to every policy run (nudges, idle)."""
         return self._state
+
+    @property
+    def learning(self) -> LearnedImportance:
+        """What this conversation taught about importance: the originals the agent read
+        back and the search hits it needed (kept in :attr:`state`)."""
+        return learning_of(self._state)
 
     def add_listener(self, listener: Listener) -> Listener:
         """Deliver events to ``listener`` (returned, so this works as a decorator)."""
@@ -732,7 +735,7 @@ class Compactor:
         cached = self._cached_prefix(messages, plan.fixed)
         targets: tuple[Target, ...]
         details: dict[str, Any]
-        if not plan.exact and out is not view and not _keeps_originals(
+        if not plan.exact and out is not view and not keeps_originals(
                 self.store, self.conversation_id):
             targets, details = self._handled_later(view, messages, outcome, figures, usage,
                                                    cached)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..stores._tools import SearchToolSpec
+from .._stores.tools import SearchToolSpec
 
 __all__ = ["COMPACT_CONTEXT_DESCRIPTION", "compact_context_tool"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Union
 
-from .result import CompactionReport, _ReadOnce
+from .._contract.report import CompactionReport, _ReadOnce
 
 __all__ = [
     "CompactionApplied",

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._contract.policy import CompactionContext, PolicyOutcome, Target
 from .._lossless.references import handle_for, replaced_line
 from .._messages.model import Message
+from .._messages.prompt_kinds import find_prompt
 from .._messages.structure import leading_system_count
-from .._policies.contract import CompactionContext, PolicyOutcome, Target
-from .._policies.prompt_source import find_prompt
 from ..errors import BudgetExceededError
 
 __all__ = ["FLOOR_NOTICE", "floor_outcome", "latest_request"]

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
-from ..stores._counts import COUNT_PREFIX, StoredCounts
-from ..stores._protocols import CountStore, HistoryStore
+from .._stores.counts import COUNT_PREFIX, StoredCounts
+from .._stores.protocols import CountStore, HistoryStore
 
 __all__ = ["CountKeeper"]
 

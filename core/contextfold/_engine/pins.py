@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from .._contract.policy import CompactionContext, PolicyOutcome, PolicyRun
 from .._counting.counters import _shared_prefix
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count, split_groups
-from .._policies.contract import CompactionContext, PolicyOutcome, PolicyRun
 from ..errors import BudgetExceededError
 
 __all__ = ["PinScan", "keep_pinned"]

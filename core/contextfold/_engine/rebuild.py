@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._contract.policy import Lineage
 from .._counting.counters import TokenCounter
-from .._lossless.ledger import LEDGER_SOURCE
 from .._messages.model import Message
+from .._messages.prompt_kinds import LEDGER_SOURCE
 from .._messages.validation import NO_USER_NOTE, Validation, repair
-from .._policies.contract import Lineage
 
 __all__ = ["RebuildMemo"]
 

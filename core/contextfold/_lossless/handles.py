@@ -17,9 +17,9 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._contract.policy import Target
 from .._messages.model import Message
-from .._policies.contract import Target
-from .ledger import LEDGER_SOURCE
+from .._messages.prompt_kinds import LEDGER_SOURCE
 from .references import handle_for
 
 __all__ = ["HANDLE_BLOCK", "Block", "HandleMemo", "with_handles"]

@@ -30,14 +30,15 @@ from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from .._config import Ge, Gt, Le, check_fields
-from .._messages.model import Message
-from .._messages.structure import leading_system_count, split_groups
-from .._policies.contract import (
+from .._contract.policy import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,
     Target,
 )
+from .._messages.model import Message
+from .._messages.prompt_kinds import LEDGER_SOURCE
+from .._messages.structure import leading_system_count, split_groups
 from .._summaries.identifiers import (
     extract_identifiers,
     field_values,
@@ -46,16 +47,15 @@ from .._summaries.identifiers import (
 )
 from .._summaries.sections import Line
 from ..errors import BudgetExceededError
+from .handles import with_handles
 
 __all__ = [
     "LEDGER_HEADER",
-    "LEDGER_SOURCE",
     "Ledger",
     "ledger_entries",
     "run_with_ledger",
 ]
 
-LEDGER_SOURCE = "ledger"
 """The ``source`` of the ledger message (never a prompt, never summarized)."""
 
 LEDGER_HEADER = ("[Compaction ledger: what was taken out of view; read_original(handle) "
@@ -174,8 +174,6 @@ def run_with_ledger(
         replace(t, index=positions[t.index] if 0 <= t.index < len(positions) else t.index)
         for t in outcome.targets)
     out = list(outcome.messages)
-    from .handles import with_handles  # handles skip ledgers: it imports this module
-
     targets = with_handles(messages, out, targets, context.counter)
     new = _new_entries(messages, targets, ledger)
     entries = _merged(previous, new, out)
@@ -209,8 +207,6 @@ def _run_rolling(
     outcome: PolicyOutcome = yield from run(messages, context)
     if outcome.messages is messages:
         return outcome
-    from .handles import with_handles  # handles skip ledgers: it imports this module
-
     previous = [m for m in messages[:frozen] if _is_ledger(m)]
     out = list(outcome.messages)
     targets = with_handles(messages, out, outcome.targets, context.counter)

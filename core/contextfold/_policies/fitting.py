@@ -11,9 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
+from .._contract.policy import CompactionContext, Target
+from .._head_tail import HeadTail, truncate_head_tail
+from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message, TextPart
-from .contract import CompactionContext, Target
-from .head_tail import HeadTail, truncate_head_tail
 
 __all__ = [
     "BudgetFit",
@@ -138,8 +139,6 @@ def _ref(original: Message, context: CompactionContext | None) -> str | None:
     """How the label names ``original``'s handle (``None`` without a context)."""
     if context is None:
         return None
-    from .._lossless.references import handle_for, handle_text
-
     return handle_text(handle_for(original), context)
 
 
@@ -169,8 +168,6 @@ def squeeze(
         return candidate
 
     if positions and context is not None and not fits(build(0)):
-        from .._lossless.references import handle_for
-
         refs = [handle_for(original) for original in originals]  # the bare handles
         if not fits(build(0)):
             if handles:
@@ -197,8 +194,6 @@ def targets(
 ) -> list[Target]:
     """A ``"truncated"`` target for each position where ``after`` replaced ``before``, with
     the handle of the original (the driver keeps it readable)."""
-    from .._lossless.references import handle_for
-
     found: list[Target] = []
     count = context.counter.count_message
     name = getattr(context.counter, "name", "")

@@ -17,15 +17,16 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from .._config import Ge, check
+from .._contract.policy import CompactionContext, PolicyOutcome
+from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count
 from ..errors import BudgetExceededError
-from ..prompts._loader import TemporalContext
-from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import fits_budget, same, shrink_largest_first, squeeze, targets
-from .head_tail import HeadTail
 from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
+from .simple import SimplePolicy
+from .temporal import TemporalContext
 
 __all__ = ["LoopSlicePolicy", "fit_loop", "latest_loop"]
 

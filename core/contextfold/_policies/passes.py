@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Annotated
 
 from .._config import NonBlank, check_fields
+from .._contract.policy import CompactionContext, PolicyOutcome, Target
 from .._messages.model import ContentPart, ImagePart, Message, TextPart
 from ..errors import ConfigurationError
-from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
+from .simple import SimplePolicy
 
 __all__ = ["IMAGE_MARKER", "StripImagesPass", "strip_images"]
 

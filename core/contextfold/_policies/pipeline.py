@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._contract.policy import CompactionContext, Policy, PolicyOutcome, PolicyRun, Target
 from .._messages.model import Message
 from ..errors import ConfigurationError
-from .contract import CompactionContext, Policy, PolicyOutcome, PolicyRun, Target
 
 __all__ = ["Pipeline"]
 

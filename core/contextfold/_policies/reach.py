@@ -1,4 +1,5 @@
-"""What a threshold plan drops, decided without counting what it drops.
+"""What a threshold plan drops: whole groups in their order and, without counting them,
+those beyond reach.
 
 The threshold design cuts targets (largest tool results first) until the projected
 savings cover the excess, then drops whole groups, oldest first, until they do. On a long
@@ -22,16 +23,13 @@ selection might stop before it has cut them all: the exact path decides.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from .._contract.policy import CompactionContext
 from .._messages.model import Message
 from .._messages.structure import Group, split_groups
-from .contract import CompactionContext
+from .threshold_plan import Plan, note_dropped
 
-if TYPE_CHECKING:
-    from .threshold import Plan
-
-__all__ = ["drop_beyond_reach", "drop_order"]
+__all__ = ["drop_beyond_reach", "drop_groups", "drop_order"]
 
 
 def drop_order(plan: Plan) -> list[Group]:
@@ -99,3 +97,17 @@ def drop_beyond_reach(
             plan.chosen[i] = new
             plan.pass_of[i] = pass_name
     return True
+
+
+def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
+    """Drop whole groups not anchored, oldest first (groups holding an error or pinned
+    message after all others), until ``need`` tokens are saved."""
+    count = context.counter.count_message
+    saved = 0
+    for group in drop_order(plan):
+        if saved >= need:
+            break
+        indices = range(group.start, group.end)
+        saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
+        plan.dropped.update(indices)
+    note_dropped(plan, context)

@@ -19,10 +19,10 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Literal
 
+from .._contract.policy import CompactionContext
 from .._messages.model import Message
+from .._messages.prompt_kinds import PROMPT_PRIORITY, prompt_kind
 from .._messages.structure import SYSTEM_ROLES, Group
-from .contract import CompactionContext
-from .prompt_source import _PRIORITY, prompt_kind
 
 __all__ = ["GroupScan", "PromptScan"]
 
@@ -34,7 +34,7 @@ class PromptScan:
     def __init__(self) -> None:
         self.length = 0
         self.prompts: list[int] = []
-        self.by_kind: dict[str, list[int]] = {kind: [] for kind in _PRIORITY}
+        self.by_kind: dict[str, list[int]] = {kind: [] for kind in PROMPT_PRIORITY}
         self.broadcasts: list[int] = []
         self.answers: list[int] = []
 
@@ -67,7 +67,7 @@ class PromptScan:
         """``find_prompt(messages[:end], start, selection=selection)``."""
         if selection == "recency":
             return _last_in(self.prompts, start, end)
-        for kind in _PRIORITY:  # highest priority first: its most recent one
+        for kind in PROMPT_PRIORITY:  # highest priority first: its most recent one
             found = _last_in(self.by_kind[kind], start, end)
             if found is not None:
                 return found

@@ -23,13 +23,7 @@ from datetime import datetime, tzinfo
 from typing import Annotated
 
 from .._config import Gt, Lt, NonBlank, check, config_error
-from .._lossless.ledger import Ledger, run_with_ledger
-from .._lossless.references import handle_for, replaced_line
-from .._messages.model import Message
-from .._messages.structure import Group, leading_system_count, split_groups
-from ..errors import BudgetExceededError
-from ..prompts._loader import _local
-from .contract import (
+from .._contract.policy import (
     CompactionContext,
     PolicyOutcome,
     PolicyRun,
@@ -37,9 +31,15 @@ from .contract import (
     SummaryRequest,
     Target,
 )
+from .._head_tail import HeadTail, truncate_head_tail
+from .._lossless.ledger import Ledger, run_with_ledger
+from .._lossless.references import handle_for, replaced_line
+from .._messages.model import Message
+from .._messages.prompt_kinds import find_prompt, open_request
+from .._messages.structure import Group, leading_system_count, split_groups
+from ..errors import BudgetExceededError
 from .fitting import fits_budget, originals, same, shrink_largest_first, squeeze, targets
-from .head_tail import HeadTail, truncate_head_tail
-from .prompt_source import find_prompt, open_request
+from .temporal import local_time
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
@@ -82,7 +82,7 @@ def summary_message(text: str, now: datetime | None, tz: tzinfo | None = None,
     """The ``[CONTEXT SUMMARY]`` user message for ``text``, stamped with when it was made
     and, with ``replaced`` (how many messages it summarizes, their handle), naming the
     handle their full text is read back with."""
-    moment, label = _local(now, tz)
+    moment, label = local_time(now, tz)
     stamp = f"[Summary generated: {moment:%Y-%m-%d %H:%M} ({label})]\n"
     if replaced is not None:
         stamp += replaced_line(*replaced) + "\n"

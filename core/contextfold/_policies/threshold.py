@@ -77,17 +77,26 @@ is not needed: projected savings are measured with the counter on the truncated 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from .._config import Ge, Gt, Le, NonBlank, check_fields
-from .._counting.counters import token_bounds
-from .._lossless.learning import learned_in
-from .._lossless.ledger import LEDGER_SOURCE, Ledger, run_with_ledger
+from .._contract.policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryReply,
+    SummaryRequest,
+)
+from .._head_tail import HeadTail, truncate_head_tail
+from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
+from .._messages.prompt_kinds import (
+    LEDGER_SOURCE,
+    open_request,
+)
 from .._messages.structure import (
     SYSTEM_ROLES,
     Group,
@@ -95,22 +104,31 @@ from .._messages.structure import (
     open_loop_call,
 )
 from ..errors import BudgetExceededError
-from .contract import (
-    CompactionContext,
-    PolicyOutcome,
-    PolicyRun,
-    SummaryReply,
-    SummaryRequest,
-    Target,
-    dropped_targets,
-    on_read,
-)
-from .fitting import shrink_message, squeeze
-from .head_tail import HeadTail, truncate_head_tail
+from .learning import learned_in
 from .passes import strip_images
-from .prompt_source import find_prompt, open_request, prompt_kind, task_prompt
-from .reach import drop_beyond_reach, drop_order
-from .rolling import block_position, frozen_prefix, is_block
+from .reach import drop_beyond_reach, drop_groups
+from .rolling import frozen_prefix
+from .threshold_plan import (
+    PASSES,
+    Level,
+    Plan,
+    cut_to_fit,
+    fold_blocks,
+    note_dropped,
+    plan_details,
+    plan_originals,
+    plan_targets,
+    protected_at,
+    requests,
+    verbatim_request,
+)
+from .threshold_summary import (
+    SUMMARY_HEADER,
+    dropped_note,
+    fallback_notes,
+    fit_sections,
+    summary_message,
+)
 
 __all__ = [
     "COMPACTION_NOTICE",
@@ -159,17 +177,15 @@ COMPACTION_NOTICE = (
 SHORT_NOTICE = (
     "[Older messages dropped to fit. Continue; do NOT finish before ALL steps are done.]"
 )
+"""The last resort, when not even the threshold design's notice fits beside the messages
+kept: what happened and the nudge's two points (continue; no final output before the end)."""
 
 SHORT_NUDGE = "[Context compacted. Continue; do NOT finish before ALL steps are done.]"
-
 """The nudge of a summary on a budget too tight for :data:`CONTINUATION_NUDGE`: the nudge's
 two points (continue; no final output before the end)."""
 
-"""The last resort, when not even the threshold design's notice fits beside the messages kept: what
-happened and the nudge's two points (continue; no final output before the end)."""
 
-_PASSES = (("tool_results", "tool"), ("assistant", "assistant"), ("user", "user"))
-_PASS_OF = {role: name for name, role in _PASSES}
+_PASS_OF = {role: name for name, role in PASSES}
 
 SHORT_SUMMARY_TOKENS = 64
 """The room of a short summary (TASK, a few DATA values), tried before the notice when the
@@ -421,7 +437,7 @@ class ThresholdPolicy:
         count = context.counter.count_message
         learned = learned_in(context.state)
         saved = 0
-        for pass_name, role in _PASSES:
+        for pass_name, role in PASSES:
             if saved >= need:
                 break
             order = [
@@ -632,360 +648,3 @@ class ThresholdPolicy:
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
-
-# -- the plan: degradation levels, what each protects, the report's figures ----------
-
-
-@dataclass(frozen=True)
-class Level:
-    """One step of the degradation: what stays protected."""
-
-    name: str
-    recent: int  # messages of each role kept verbatim at the end
-    cut_protected: bool = False  # errors and pinned messages may be truncated
-    drop_protected: bool = False  # groups holding them may be dropped
-
-@dataclass
-class Plan:
-    """What the policy decided before asking for the summary."""
-
-    work: Sequence[Message]
-    strip_targets: tuple[Target, ...]
-    frozen: frozenset[int]  # never truncated
-    anchored: frozenset[int]  # never dropped
-    offset: int
-    reserve: int
-    level: str = "none"
-    chosen: dict[int, Message] = field(default_factory=dict)
-    dropped: set[int] = field(default_factory=set)
-    pass_of: dict[int, str] = field(default_factory=dict)  # the pass that cut each target
-    note: str = ""
-    stable: int = 0  # work[:stable] is frozen (rolling): left byte-identical
-    rolling: bool = False  # the summary goes where the next rolling pass can freeze it
-    groups: list[Group] | None = field(default=None, repr=False, compare=False)  # split, once
-
-    def passes(self) -> dict[str, int]:
-        """How many of the messages sent each pass cut (a target cut and then dropped with
-        its group counts as dropped, not as cut)."""
-        cut = [self.pass_of[i] for i in self.chosen if i in self.pass_of and
-               i not in self.dropped]
-        return {name: n for name, _ in _PASSES if (n := cut.count(name))}
-
-    def kept(self) -> list[Message]:
-        """The messages sent, without the summary."""
-        return [self.chosen.get(i, m) for i, m in enumerate(self.work) if i not in self.dropped]
-
-    def place(self, kept: list[Message], summary: Message) -> list[Message]:
-        """``kept`` with the summary where it goes: right after what was cut or dropped
-        (rolling: :func:`~contextfold._policies.rolling.block_position`), else where
-        :func:`insert_summary` puts it."""
-        if not self.rolling:
-            return insert_summary(kept, summary)
-        changed = {*self.chosen, *self.dropped, *(t.index for t in self.strip_targets)}
-        at = block_position(self.work, changed, self.stable)
-        k = at - sum(1 for i in self.dropped if i < at)
-        return [*kept[:k], summary, *kept[k:]]
-
-def protected_at(
-    work: Sequence[Message], level: Level, stable: int = 0
-) -> tuple[frozenset[int], frozenset[int]]:
-    """(never truncated, never dropped) at ``level``: system messages, the task prompt and
-    the latest request (:func:`requests`), the last ``level.recent`` of each role, errors
-    and pinned messages unless the level cuts or drops them, and the frozen part of a
-    rolling pass (``work[:stable]``); the newest group is never dropped, and at ``recent`` 0
-    its last message of each role is never truncated."""
-    frozen: set[int] = set(range(stable))
-    important: set[int] = set()
-    seen = {"tool": 0, "assistant": 0, "user": 0}
-    for i in range(len(work) - 1, -1, -1):
-        m = work[i]
-        if m.role in seen:
-            if seen[m.role] < level.recent:
-                frozen.add(i)
-            seen[m.role] += 1
-        if m.role in SYSTEM_ROLES:
-            frozen.add(i)
-        elif m.is_error or m.is_pinned:
-            important.add(i)
-    frozen.update(i for i in requests(work) if i is not None)
-    group = newest_group(work)
-    newest = set(range(group.start, group.end)) if group is not None else set()
-    if level.recent == 0 and newest:  # its last message of each role stays verbatim
-        last = {work[i].role: i for i in sorted(newest)}
-        frozen.update(last.values())
-    if not level.cut_protected:
-        frozen |= important
-    anchored = frozen | newest | (set() if level.drop_protected else important)
-    return frozenset(frozen), frozenset(anchored)
-
-def requests(work: Sequence[Message]) -> tuple[int | None, int | None]:
-    """(the task prompt, the latest request): the first real prompt, else the first user
-    message; the latest real prompt (``None`` without one: the task prompt is all there is)."""
-    return task_prompt(work), find_prompt(work, 0)
-
-
-def verbatim_request(plan: Plan, context: CompactionContext) -> int | None:
-    """The latest request when it fits the input budget beside the system messages: then
-    it is never cut (the library's promise); else ``None``, and it is cut like the task
-    prompt when nothing else is left to take."""
-    latest = requests(plan.work)[1]
-    if latest is None:
-        return None
-    pair = [m for m in plan.work if m.role in SYSTEM_ROLES] + [plan.work[latest]]
-    return latest if context.measure(pair) <= context.budget.input_budget else None
-
-
-def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
-    """The report's targets: stripped images, truncated and dropped messages. A dropped
-    message nothing counted carries its bound (:func:`token_bound`); the report counts it
-    when read."""
-    counter = context.counter
-    count = counter.count_message
-    out = list(plan.strip_targets)
-    dropped = sorted(plan.dropped)
-    span = handle_for(plan.work[i] for i in dropped) if dropped else None
-    bounds = token_bounds(counter, plan.work) if dropped else []
-    gone = iter(dropped_targets(plan.work, dropped, bounds, span))
-    for i in sorted(set(plan.chosen) | plan.dropped):
-        m = plan.work[i]
-        if i in plan.dropped:
-            out.append(next(gone))
-            continue
-        out.append(Target(
-            index=i, role=m.role, method="truncated", original_tokens=count(m),
-            new_tokens=count(plan.chosen[i]), tool_name=m.name if m.role == "tool" else None,
-            handle=handle_for(m),
-        ))
-    return tuple(out)
-
-def plan_details(
-    messages: Sequence[Message], plan: Plan, context: CompactionContext, *,
-    summary: str, origin: str | None = None,
-) -> dict[str, object]:
-    """The report's details, with the degradation level used (the input's estimate counted
-    when read: the plan needs it only when the provider's figure or an overflow says
-    more)."""
-    offset = plan.offset
-    return {
-        "estimate_tokens": on_read(lambda: context.measure(messages)),
-        "known_tokens": context.known_tokens,
-        "effective_tokens": on_read(lambda: context.measure(messages) + offset),
-        "trigger_tokens": context.budget.trigger_tokens,
-        "target_tokens": context.budget.target_tokens,
-        "forced": context.force,
-        "images_stripped": len(plan.strip_targets),
-        "truncated": len(plan.chosen) - len(plan.dropped & set(plan.chosen)),
-        "passes": plan.passes(),
-        "dropped": len(plan.dropped),
-        "degradation": plan.level,
-        "rolling": {"frozen_messages": plan.stable} if plan.stable else False,
-        "summary_kind": summary,
-        "summary_origin": origin,
-    }
-
-def drop_groups(plan: Plan, context: CompactionContext, need: int) -> None:
-    """Drop whole groups not anchored, oldest first (groups holding an error or pinned
-    message after all others), until ``need`` tokens are saved."""
-    count = context.counter.count_message
-    saved = 0
-    for group in drop_order(plan):
-        if saved >= need:
-            break
-        indices = range(group.start, group.end)
-        saved += sum(count(plan.chosen.get(i, plan.work[i])) for i in indices)
-        plan.dropped.update(indices)
-    note_dropped(plan, context)
-
-
-def fold_blocks(plan: Plan, context: CompactionContext) -> int:
-    """Drop the summaries earlier passes wrote (outside the newest group), so that a
-    consolidating pass summarizes them again into one; the tokens this saves."""
-    last = newest_group(plan.work)
-    newest = last.start if last is not None else len(plan.work)
-    blocks = [i for i in range(newest) if is_block(plan.work[i])
-              and plan.work[i].source == "summary" and not plan.work[i].is_pinned]
-    plan.dropped.update(blocks)
-    note_dropped(plan, context)
-    return sum(context.counter.count_message(plan.work[i]) for i in blocks)
-
-
-def note_dropped(plan: Plan, context: CompactionContext) -> None:
-    """The summary's line naming the handle of everything the plan dropped."""
-    if plan.dropped:
-        span = handle_for(plan.work[i] for i in sorted(plan.dropped))
-        plan.note = dropped_note(span, len(plan.dropped), context)
-
-def cut_to_fit(
-    plan: Plan, context: CompactionContext, shape: HeadTail, notices: Sequence[Message],
-    notice_room: int, keep: int | None = None, *, handles: bool = False,
-) -> list[Message] | None:
-    """Cut the kept messages but the system ones and ``keep`` (the task prompt, the newest
-    group and the latest request unless it is ``keep``, once everything else is dropped)
-    head+tail to the largest common size that fits with the summary's reserve under the
-    target, else with ``notice_room`` under the budget, else with each of ``notices`` (the
-    short one last). Records the cuts in ``plan.chosen`` and returns ``None``; when not even
-    their labels fit (with their originals' handles, when ``handles`` requires them),
-    returns that floor."""
-    kept = [i for i in range(len(plan.work)) if i not in plan.dropped]
-    out = [plan.chosen.get(i, plan.work[i]) for i in kept]
-    spots = [k for k, i in enumerate(kept)
-             if plan.work[i].role not in SYSTEM_ROLES and i != keep]
-    originals = [plan.work[kept[k]] for k in spots]
-    limit = context.budget.input_budget
-    target = context.budget.target_tokens - plan.offset
-    notice = notices[-1]
-    steps = [(plan.reserve, min(target, limit), notice), (notice_room, limit, notice),
-             *((0, limit, n) for n in notices)]
-    for room, ceiling, last in steps:
-        def fits(candidate: Sequence[Message], room: int = room, top: int = ceiling,
-                 last: Message = last) -> bool:
-            if room:
-                return context.measure(candidate) + room <= top
-            return context.measure(plan.place(list(candidate), last)) <= top
-        if squeeze(out, spots, originals, fits, shape, context, handles=handles):
-            for k in spots:
-                if out[k] is not plan.work[kept[k]]:
-                    plan.chosen[kept[k]] = out[k]
-            return None
-    floor = list(out)
-    for k, original in zip(spots, originals, strict=True):
-        floor[k] = shrink_message(original, shape, max_chars=0)
-    return plan.place(floor, notice)
-
-def plan_originals(plan: Plan) -> tuple[tuple[Message, ...], str | None]:
-    """(the full text of every target and dropped message, the latest request when it comes
-    after them all).
-
-    The originals go in order, with the task prompt and the latest request (kept verbatim
-    in the context) where they stand among them, so the summary can state the TASK: the
-    latest request, and the earlier ones under it. A latest request after every original
-    goes apart, as :attr:`SummaryRequest.latest_request`: the summary's TASK, answered or
-    not (an unanswered one is the request's ``open_request`` too)."""
-    picked = set(plan.chosen) | plan.dropped
-    task, latest = requests(plan.work)
-    after = None
-    if latest is not None and latest not in picked:
-        if picked and latest < max(picked):
-            picked.add(latest)
-        else:
-            after = plan.work[latest].text
-    if task is not None:
-        picked.add(task)
-    return tuple(plan.work[i] for i in sorted(picked)), after
-
-# -- the summary message: its text, where it goes, how it is fitted -----------------
-
-SUMMARY_HEADER = "[Compaction Summary]\n\n"
-
-"""The first line of the summary message."""
-
-_HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
-
-# Removal rank of a line by section (lower goes first); headings and TASK are never removed
-# here. PROGRESS's first and last steps rank with REMAINING.
-_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
-
-def summary_message(
-    text: str | None, context: CompactionContext, *, nudge: str, notice: str, note: str = ""
-) -> Message:
-    """The summary (or, for ``None``, the notice), with ``note`` naming the handle of what
-    was dropped, then the continuation nudge."""
-    note = f"\n\n{note}" if note else ""
-    if text is None:
-        return Message(role="user", content=notice + note, source="summary",
-                       created_at=context.now, metadata={"compaction": "notice"})
-    return Message(
-        role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{nudge}",
-        source="summary", created_at=context.now, metadata={"compaction": "threshold"},
-    )
-
-def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
-    """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
-    with a line saying how many went; ``None`` when not even the headings fit."""
-    if fits(text):
-        return text
-    lines = text.strip().splitlines()
-    order = _removal_order(lines)
-    if not order:
-        return _head_tail(text, fits)
-
-    def render(k: int) -> str:
-        gone = set(order[:k])
-        kept = [line for i, line in enumerate(lines) if i not in gone]
-        return "\n".join([*kept, f"[{k} line(s) of the summary omitted to fit]"])
-
-    if not fits(render(len(order))):
-        return None
-    lo, hi = 1, len(order)
-    while lo < hi:  # the fewest removals that fit
-        mid = (lo + hi) // 2
-        if fits(render(mid)):
-            hi = mid
-        else:
-            lo = mid + 1
-    return render(lo)
-
-def _removal_order(lines: list[str]) -> list[int]:
-    """Indices of removable lines, first to go first; empty when there are no headings."""
-    section: str | None = None
-    ranked: list[tuple[int, int, int]] = []
-    progress: list[int] = []
-    seen_heading = False
-    for i, line in enumerate(lines):
-        heading = _HEADING.match(line)
-        if heading:
-            section, seen_heading = heading.group(1), True
-            continue
-        if not line.strip() or section == "TASK":
-            continue
-        if section == "PROGRESS":
-            progress.append(i)
-        rank = _RANK.get(section, 1)
-        ranked.append((rank, -i if section == "DATA" else i, i))
-    if not seen_heading:
-        return []
-    if len(progress) > 2:  # the first and the latest step stay with REMAINING
-        ends = {progress[0], progress[-1]}
-        ranked = [(2 if i in ends else r, k, i) for r, k, i in ranked]
-    return [i for _, _, i in sorted(ranked)]
-
-def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
-    """A free-form summary cut head+tail to the largest size that fits."""
-    shape = HeadTail(0.6, 10**9, 0.3, 10**9)
-    if not fits(truncate_head_tail(text, shape, max_chars=0)):
-        return None
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(truncate_head_tail(text, shape, max_chars=mid)):
-            lo = mid
-        else:
-            hi = mid - 1
-    return truncate_head_tail(text, shape, max_chars=lo)
-
-def fallback_notes(note: str) -> tuple[str, ...]:
-    """``note``, then its handle alone (``[dropped: ctx_...]``, when even the note does not
-    fit beside what was kept), then nothing: the order a notice tries them in."""
-    from .._lossless.references import HANDLE_RE
-
-    found = HANDLE_RE.search(note)
-    short = f"[dropped: {found.group(0)}]" if found else ""
-    return tuple(dict.fromkeys((note, short, "")))
-
-def dropped_note(span: str, count: int, context: CompactionContext) -> str:
-    """The line of the summary that names the handle of the dropped messages."""
-    return f"[{count} dropped messages, full text: {handle_text(span, context)}]"
-
-def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
-    """``kept`` with ``summary`` before the current turn when a later prompt than the first
-    started it (a multi-turn conversation: the summary of earlier turns must not follow the
-    current instruction), else at the end, before a trailing run of user prompts."""
-    prompts = [i for i, m in enumerate(kept) if prompt_kind(m) is not None]
-    if len(prompts) > 1:
-        return [*kept[: prompts[-1]], summary, *kept[prompts[-1]:]]
-    at = len(kept)
-    while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
-        at -= 1
-    if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
-        at = len(kept)  # only prompts after the system: the summary goes last
-    return [*kept[:at], summary, *kept[at:]]

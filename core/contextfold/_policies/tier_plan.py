@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._contract.policy import CompactionContext, Target
+from .._head_tail import HeadTail
 from .._lossless.references import handle_for
 from .._messages.model import Message
 from .._messages.structure import Group
 from .budget_allocation import BudgetAllocation
-from .contract import CompactionContext, Target
 from .fitting import fits_budget, squeeze
-from .head_tail import HeadTail
 from .importance import ImportanceScore
 
 __all__ = ["FixedParts", "TierPlan", "cut_newest", "cut_targets", "header_message",

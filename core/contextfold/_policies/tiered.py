@@ -55,16 +55,16 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from .._config import Ge, Le, check_fields, config_error
-from .._lossless.learning import apply_learning, learned_in
+from .._contract.policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
+from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
+from .._messages.prompt_kinds import find_prompt, open_request
 from .._messages.structure import leading_system_count, split_groups
 from ..errors import BudgetExceededError, ConfigurationError
 from .budget_allocation import DEFAULT_TIER_SHARES, allocate_budget
-from .contract import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
 from .fitting import shrink_message
-from .head_tail import HeadTail
 from .importance import (
     DEFAULT_WEIGHTS,
     ImportanceWeights,
@@ -73,7 +73,7 @@ from .importance import (
     keyword_truncate,
     score_messages,
 )
-from .prompt_source import find_prompt, open_request
+from .learning import apply_learning, learned_in
 from .tier_plan import (
     FixedParts,
     TierPlan,

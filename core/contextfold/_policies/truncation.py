@@ -45,15 +45,16 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .._config import check
+from .._contract.policy import CompactionContext, PolicyOutcome, Target, dropped_targets
 from .._counting.counters import TokenCounter, count_within, token_bounds
+from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
 from ..errors import BudgetExceededError
-from .contract import CompactionContext, PolicyOutcome, SimplePolicy, Target, dropped_targets
 from .fitting import shrink_message
-from .head_tail import HeadTail
+from .simple import SimplePolicy
 
 __all__ = ["TruncationPolicy"]
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._config import check
+from .._contract.policy import CompactionContext, PolicyOutcome
+from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
 from .._messages.model import Message
+from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import Group, leading_system_count, split_groups
-from ..prompts._loader import TemporalContext
-from .contract import CompactionContext, PolicyOutcome, SimplePolicy
 from .fitting import (
     BudgetFit,
     fits_budget,
@@ -38,17 +39,11 @@ from .fitting import (
     shrink_largest_first,
     targets,
 )
-from .head_tail import HeadTail
 from .loop_slice import fit_loop
-from .prompt_source import (
-    NudgeConfig,
-    PromptChoice,
-    choose_prompt,
-    prompt_kind,
-    prompt_notes,
-    restored_on_error,
-)
+from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
 from .scans import GroupScan
+from .simple import SimplePolicy
+from .temporal import TemporalContext
 from .turn_sums import SumsFit, TurnSums, fit_by_sums
 
 __all__ = ["TurnAwarePolicy", "compress_turn"]

@@ -21,12 +21,12 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .._contract.policy import CompactionContext
+from .._head_tail import HeadTail
 from .._messages.model import Message
+from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import Group
-from .contract import CompactionContext
 from .fitting import shrink_if_fewer_tokens
-from .head_tail import HeadTail
-from .prompt_source import prompt_kind
 from .scans import GroupScan
 
 __all__ = ["SumsFit", "TurnSums", "fit_by_sums"]

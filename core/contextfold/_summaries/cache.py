@@ -15,8 +15,8 @@ from collections import OrderedDict
 from typing import Annotated, Protocol, runtime_checkable
 
 from .._config import Ge, check
+from .._stores.protocols import HistoryStore, SummaryStore
 from ..errors import ConfigurationError
-from ..stores._protocols import HistoryStore, SummaryStore
 
 __all__ = ["LRUSummaryCache", "LayeredSummaryCache", "StoreSummaryCache", "SummaryCache"]
 

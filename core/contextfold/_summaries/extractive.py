@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from .._config import Ge, check
+from .._contract.policy import SummaryRequest
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
-from .._policies.contract import SummaryRequest
-from .._policies.prompt_source import prompt_kind
+from .._messages.prompt_kinds import prompt_kind
 from .sections import Fitting, Kept, Line, Sections, render, short
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]

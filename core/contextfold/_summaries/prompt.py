@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._contract.policy import SummaryRequest
 from .._messages.model import Message
-from .._policies.contract import SummaryRequest
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "render_transcript", "summary_prompt"]
 

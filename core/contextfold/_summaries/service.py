@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
 from .._config import Ge, Gt, check, check_fields
+from .._contract.policy import SummaryReply, SummaryRequest
 from .._counting.counters import EstimatingCounter, TokenCounter
-from .._engine.overflow import error_kind
-from .._policies.contract import SummaryReply, SummaryRequest
+from .._provider_errors import error_kind
 from .._telemetry import NO_SUMMARY_SPAN, SummarySpan, summary_span
 from ..errors import ConfigurationError, SummarizerError
 from .cache import SummaryCache

@@ -12,10 +12,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from .._contract.policy import SummaryRequest
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.structure import split_groups
-from .._policies.contract import SummaryRequest
 
 __all__ = ["MERGE_INSTRUCTIONS", "append_to_data", "merge_request", "split_request"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol, Union, runtime_checkable
 
-from .._policies.contract import SummaryRequest
+from .._contract.policy import SummaryRequest
 
 __all__ = ["AnySummarizer", "AsyncSummarizer", "ScriptedSummarizer", "Summarizer"]
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._contract.policy import Policy
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._optional import require
-from .._policies.contract import Policy
 from ..errors import ConfigurationError, ContextfoldError
 
 __all__ = ["POLICIES", "main", "policy_from_name"]

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._contract.policy import Target
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
-from .._policies.contract import Target
 from .replay import Replay, StepRecord, inserted_texts
 
 __all__ = ["DEMO_BUDGET", "run_demo"]

@@ -49,12 +49,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from .._contract.policy import Policy
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
-from .._lossless.references import HANDLE_RE, OriginalsSource, read_original
+from .._lossless.originals import OriginalsSource, read_original
+from .._lossless.references import HANDLE_RE
 from .._messages.model import Message
 from .._messages.structure import SYSTEM_ROLES
-from .._policies.contract import Policy
 from .._summaries.summarizer import AnySummarizer
 from .transcripts import Transcript
 
@@ -318,7 +319,7 @@ def our_contender(
 
     def contexts(transcript: Transcript, allowance: int, counter: TokenCounter,
                  cuts: Sequence[int]) -> Seen:
-        from ..stores._memory import MemoryStore
+        from .._stores.memory import MemoryStore
         from .replay import replay, step_boundaries
 
         budget = Budget(context_window=allowance, trigger=1.0, target=0.9)

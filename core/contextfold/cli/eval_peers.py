@@ -69,7 +69,7 @@ def _summarization(transcript: Transcript, allowance: int, counter: TokenCounter
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
     from langchain_core.messages import RemoveMessage
 
-    from .._policies.contract import SummaryRequest
+    from .._contract.policy import SummaryRequest
     from .._summaries.extractive import ExtractiveSummarizer
 
     extractive = ExtractiveSummarizer()

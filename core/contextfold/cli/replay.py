@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._contract.policy import Policy, Target
+from .._contract.report import CompactionReport
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter
-from .._engine.result import CompactionReport
 from .._messages.model import Message
-from .._policies.contract import Policy, Target
+from .._stores.protocols import HistoryStore
 from .._summaries.summarizer import AnySummarizer
-from ..stores._protocols import HistoryStore
 
 __all__ = ["Replay", "StepRecord", "inserted_texts", "replay", "step_boundaries"]
 

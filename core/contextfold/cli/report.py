@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._policies.contract import Target
+from .._contract.policy import Target
 from .replay import Replay, StepRecord
 
 __all__ = ["render_html", "step_story", "text_table", "write_html"]

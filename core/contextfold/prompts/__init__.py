@@ -1,7 +1,8 @@
 """System prompts: layered prompt files, temporal context, and conditional prompt segments
 assembled under a token budget."""
 
-from ._loader import LoadedPrompt, PromptLoader, TemporalContext, session_started_marker
+from .._policies.temporal import TemporalContext
+from ._loader import LoadedPrompt, PromptLoader, session_started_marker
 from ._segments import AssembledPrompt, PromptSegment, PromptSegmentRegistry
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Layered system prompts and temporal context.
+"""Layered system prompts and the session marker.
 
 * :class:`PromptLoader` combines a personal prompt file (the first that exists of several
   candidates), a project prompt file and the environment facts into one system prompt with
@@ -14,8 +14,8 @@
       Operating system: Linux
       Mode: Interactive REPL
 
-* :class:`TemporalContext` refreshes the ``Current date`` line of the system prompt on every
-  build (usable alone, in a pipeline, or as the ``temporal=`` option of a policy).
+* :class:`~contextfold.prompts.TemporalContext` (a pass, in the policies) refreshes that
+  ``Current date`` line on every build.
 * :func:`session_started_marker` is the fixed ``[Session started: ...]`` message that opens
   a new session's history.
 """
@@ -26,41 +26,25 @@ import os
 import platform
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Literal
 
-from .._messages.model import Message, TextPart
-from .._messages.structure import SYSTEM_ROLES
-from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy
+from .._messages.model import Message
+from .._policies.temporal import local_time, now_line
 from ..errors import ConfigurationError
 
 __all__ = [
     "LoadedPrompt",
     "PromptLoader",
-    "TemporalContext",
     "environment_facts",
     "session_started_marker",
 ]
 
 Mode = Literal["repl", "server"]
 _MODE_NAMES = {"repl": "Interactive REPL", "server": "Server (non-interactive)"}
-_NOW_LINE = re.compile(
-    r"^Current date: \d{4}-\d{2}-\d{2}, Current time: \d{2}:\d{2} \([^)\n]*\)$", re.MULTILINE
-)
 
-
-def _local(now: datetime | None, tz: tzinfo | None) -> tuple[datetime, str]:
-    """``now`` in ``tz`` (the machine's zone when ``None``) and the label to show."""
-    moment = (now if now is not None else datetime.now(tz)).astimezone(tz)
-    label = "local" if tz is None else (moment.tzname() or str(tz))
-    return moment, label
-
-
-def _now_line(now: datetime | None, tz: tzinfo | None) -> str:
-    moment, label = _local(now, tz)
-    return f"Current date: {moment:%Y-%m-%d}, Current time: {moment:%H:%M} ({label})"
 
 
 def _operating_system() -> str:
@@ -92,7 +76,7 @@ def environment_facts(
     """The ``# Environment`` lines: date and time, working directory, OS, terminal (REPL
     mode only, when known) and mode."""
     lines = [
-        _now_line(now, tz),
+        now_line(now, tz),
         f"Working directory: {Path(cwd) if cwd is not None else Path.cwd()}",
         f"Operating system: {_operating_system()}",
     ]
@@ -182,71 +166,6 @@ class PromptLoader:
         return LoadedPrompt("\n\n".join(sections), personal_path, project_path)
 
 
-class TemporalContext(SimplePolicy):
-    """Writes the current date and time into the system prompt on every build.
-
-    The ``Current date: ..., Current time: ... (local)`` line of the first system message is
-    replaced, or appended when missing; with no system message one is added. As a pass it
-    changes the messages on every call (the time moves), so run it last in a pipeline.
-
-    Args:
-        tz: the zone to show (default: the machine's local zone, labelled ``local``).
-    """
-
-    name = "temporal_context"
-    always_run = True
-    """The time moves: the ``Compactor`` runs this on every call, not only over the trigger."""
-
-    def __init__(self, tz: tzinfo | None = None) -> None:
-        self.tz = tz
-
-    def line(self, now: datetime | None) -> str:
-        """The date-and-time line for ``now``."""
-        return _now_line(now, self.tz)
-
-    def inject(self, messages: Sequence[Message], now: datetime | None) -> Sequence[Message]:
-        """``messages`` whose first system message carries the current time (the input
-        itself when it already carries exactly this line)."""
-        line = self.line(now)
-        for i, m in enumerate(messages):
-            if m.role not in SYSTEM_ROLES:
-                break
-            if m.source == "session":
-                continue
-            updated = _with_line(m, line)
-            if updated is m:
-                return messages
-            out = list(messages)
-            out[i] = updated
-            return out
-        return [Message(role="system", content=line), *messages]
-
-    def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        """The messages with the time injected (method ``"temporal_context"``, or
-        ``"none"`` with the input itself when the line was already current)."""
-        out = self.inject(messages, context.now)
-        return PolicyOutcome(messages=out, method="none" if out is messages else self.name)
-
-
-def _with_line(message: Message, line: str) -> Message:
-    """``message`` with its date line set to ``line`` (itself when already so)."""
-    if isinstance(message.content, str):
-        text = message.content
-        if _NOW_LINE.search(text):
-            new = _NOW_LINE.sub(lambda _m: line, text, count=1)
-            return message if new == text else replace(message, content=new)
-        return replace(message, content=f"{text}\n\n{line}" if text else line)
-    parts = list(message.content)
-    for k, part in enumerate(parts):
-        if isinstance(part, TextPart) and _NOW_LINE.search(part.text):
-            new = _NOW_LINE.sub(lambda _m: line, part.text, count=1)
-            if new == part.text:
-                return message
-            parts[k] = TextPart(new)
-            return replace(message, content=tuple(parts))
-    return replace(message, content=(*parts, TextPart(line)))
-
-
 def session_started_marker(
     now: datetime | None = None,
     *,
@@ -260,7 +179,7 @@ def session_started_marker(
     turn and window limits and could be dropped). Its ``source`` is ``"session"``: never a
     prompt source.
     """
-    moment, label = _local(now, tz)
+    moment, label = local_time(now, tz)
     return Message(
         role=role,
         content=f"[Session started: {moment:%Y-%m-%d %H:%M} ({label})]",

@@ -12,10 +12,9 @@ the adapters wrap; originals behind handles live in the store or, without one, i
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-from ._base import (
+from .._lossless.originals import READ_ORIGINAL_GUIDANCE, read_original, read_original_tool
+from .._policies.learning import record_searches
+from .._stores.base import (
     BaseStore,
     BroadcastStore,
     CountStore,
@@ -26,45 +25,13 @@ from ._base import (
     SummaryStore,
     Tracer,
 )
-from ._counts import StoredCounts
-from ._memory import MemoryStore
-from ._postgres import PostgresStore
-from ._sqlite import SQLiteStore
-from ._tools import SEARCH_GUIDANCE, SearchToolSpec, search_tools
-
-if TYPE_CHECKING:
-    from .._lossless.learning import record_searches
-    from .._lossless.references import (
-        READ_ORIGINAL_GUIDANCE,
-        ReferenceCache,
-        default_references,
-        read_original,
-        read_original_tool,
-    )
-    from .._summaries.cache import LRUSummaryCache, SummaryCache
-
-# Originals behind handles and cached summaries are kept by stores too, but their modules
-# import the store protocols: they are loaded on first use to keep the imports acyclic.
-_ELSEWHERE = {
-    "record_searches": "contextfold._lossless.learning",
-    "READ_ORIGINAL_GUIDANCE": "contextfold._lossless.references",
-    "ReferenceCache": "contextfold._lossless.references",
-    "default_references": "contextfold._lossless.references",
-    "read_original": "contextfold._lossless.references",
-    "read_original_tool": "contextfold._lossless.references",
-    "LRUSummaryCache": "contextfold._summaries.cache",
-    "SummaryCache": "contextfold._summaries.cache",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+from .._stores.counts import StoredCounts
+from .._stores.memory import MemoryStore
+from .._stores.postgres import PostgresStore
+from .._stores.reference_cache import ReferenceCache, default_references
+from .._stores.sqlite import SQLiteStore
+from .._stores.tools import SEARCH_GUIDANCE, SearchToolSpec, search_tools
+from .._summaries.cache import LRUSummaryCache, SummaryCache
 
 __all__ = [
     "READ_ORIGINAL_GUIDANCE",

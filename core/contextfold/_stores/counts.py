@@ -15,7 +15,7 @@ again:
 
 A count is only reused for the content it was made from and under the name of the counter
 that made it. Content: each stored row keeps the digest of its body (the message's JSON
-text, :func:`~contextfold.stores._codec.stored_digest`); a count added later is kept only
+text, :func:`~contextfold._stores.codec.stored_digest`); a count added later is kept only
 for a row whose digest is the given message's, and a resumed message takes only the counts
 of a row of its id and digest. Name: the counter's name says its encoding and any factor
 (``tiktoken:o200k_base``, ``approx:claude=cl100k_base*1.3``); a counter that counts
@@ -32,8 +32,8 @@ from typing import Any
 
 from .._messages.model import Message
 from ..errors import CorruptRowError
-from ._codec import body_digest, decode_row, stored_digest
-from ._migrations import T
+from .codec import body_digest, decode_row, stored_digest
+from .migrations import T
 
 __all__ = [
     "COUNT_PREFIX", "StoredCounts", "check_count", "digests_of", "held_counts",

@@ -29,11 +29,11 @@ from typing import Any, Literal
 
 from .._messages.model import Message
 from ..errors import ConfigurationError, StoreError
-from ._base import BaseStore, SearchHit, SearchKind, Tracer
-from ._codec import decode_row, indexable, search_text, stored_digest, stored_form
-from ._counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
-from ._migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
-from ._snippet import make_snippet, snippet_pattern
+from .base import BaseStore, SearchHit, SearchKind, Tracer
+from .codec import decode_row, indexable, search_text, stored_digest, stored_form
+from .counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
+from .migrations import MIGRATIONS, MIGRATIONS_TABLE_SQLITE, T, check_version
+from .snippet import make_snippet, snippet_pattern
 
 __all__ = ["SQLiteStore", "fts_query", "search_sql"]
 

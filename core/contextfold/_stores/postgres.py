@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._messages.model import Message
 from .._optional import require
 from ..errors import ConfigurationError, StoreError
-from ._base import BaseStore, SearchHit, SearchKind, Tracer
-from ._codec import decode_row, indexable, search_text, stored_digest, stored_form
-from ._counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
-from ._migrations import LATEST, MIGRATIONS, MIGRATIONS_TABLE_POSTGRES, T, check_version
+from .base import BaseStore, SearchHit, SearchKind, Tracer
+from .codec import decode_row, indexable, search_text, stored_digest, stored_form
+from .counts import StoredCounts, digests_of, held_counts, restore_rows, stored_counts_of
+from .migrations import LATEST, MIGRATIONS, MIGRATIONS_TABLE_POSTGRES, T, check_version
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine

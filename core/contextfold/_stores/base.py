@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Literal
 
 from .._messages.model import Message
 from ..errors import ConfigurationError
-from ._counts import StoredCounts, held_counts
-from ._protocols import (
+from .counts import StoredCounts, held_counts
+from .protocols import (
     BroadcastStore,
     CountStore,
     HistoryStore,

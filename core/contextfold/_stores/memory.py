@@ -26,10 +26,10 @@ from typing import Literal
 import snowballstemmer
 
 from .._messages.model import Message, _with_id
-from ._base import BaseStore, SearchHit, SearchKind
-from ._codec import encode, search_text, stored_digest
-from ._counts import StoredCounts, restore_counts
-from ._snippet import make_snippet, snippet_pattern
+from .base import BaseStore, SearchHit, SearchKind
+from .codec import encode, search_text, stored_digest
+from .counts import StoredCounts, restore_counts
+from .snippet import make_snippet, snippet_pattern
 
 __all__ = ["MemoryStore"]
 

@@ -9,9 +9,9 @@ run the requests with a sync or async summarizer, so every policy is written onc
         reply = yield SummaryRequest(messages=old, instructions="...")
         return PolicyOutcome(messages=[summary_message(reply.text), *recent], method="summary")
 
-A policy that never needs a summary subclasses :class:`SimplePolicy` and implements
-``apply``. Policies never mutate their input and return the input object itself when
-nothing changed.
+A policy that never needs a summary subclasses
+:class:`~contextfold.policy.SimplePolicy` and implements ``apply``. Policies never mutate
+their input and return the input object itself when nothing changed.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from .._counting.budget import Budget
+from .._counting.counters import count_within
 from .._messages.model import Message
 
 if TYPE_CHECKING:
     from .._counting.counters import TokenCounter
-    from .._lossless.references import ReferenceCache
-    from ..stores._protocols import HistoryStore
+    from .._stores.protocols import HistoryStore
+    from .._stores.reference_cache import ReferenceCache
 
 __all__ = [
     "CompactionContext",
@@ -36,7 +37,6 @@ __all__ = [
     "Policy",
     "PolicyOutcome",
     "PolicyRun",
-    "SimplePolicy",
     "SummaryReply",
     "SummaryRequest",
     "Target",
@@ -292,8 +292,6 @@ class CompactionContext:
         messages nothing counted yet are bounded (see
         :func:`~contextfold._counting.counters.count_within`) and counted, newest first,
         only while the bound says nothing."""
-        from .._counting.counters import count_within
-
         if self.known_tokens is not None and self.known_tokens > limit:
             return True
         figure, _ = count_within(self.counter, messages, limit - self.fixed_tokens)
@@ -338,37 +336,3 @@ class Policy(Protocol):
     def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         """Yield summary requests, receive replies, return the outcome."""
         ...
-
-
-class SimplePolicy:
-    """Base for policies that never need a summary: implement ``apply``.
-
-    A subclass whose ``ledger`` is set records what ``apply`` removed or cut in the
-    compaction ledger (:class:`contextfold.Ledger`).
-    """
-
-    name: str = "simple"
-    always_run: bool = False
-    ledger: Ledger | None = None
-
-    def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        """Return the outcome for ``messages``."""
-        raise NotImplementedError
-
-    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        """Run ``apply`` (within the ledger when the policy keeps one); never yields."""
-        if self.ledger is not None:
-            from .._lossless.ledger import run_with_ledger
-
-            return (yield from run_with_ledger(self._applied, messages, context, self.ledger))
-        return self.apply(messages, context)
-        yield  # pragma: no cover - makes this a generator
-
-    def _applied(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
-        return self.apply(messages, context)
-        yield  # pragma: no cover - makes this a generator
-
-
-# Imported last: the ledger module builds on the contract above, and SimplePolicy's
-# ``ledger`` annotation must resolve at run time (configuration checks read it).
-from .._lossless.ledger import Ledger  # noqa: E402

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from .._config import Ge, check_fields
+from .._contract.policy import ConversationState
 from .._messages.model import Message
-from .._policies.contract import ConversationState
-from .._policies.importance import ImportanceScore, identifiers
-from ..stores._tools import SearchToolSpec
+from .._stores.tools import SearchToolSpec
+from .importance import ImportanceScore, identifiers
 
 __all__ = ["LearnedImportance", "apply_learning", "learning_of", "record_searches"]
 

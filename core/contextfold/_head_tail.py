@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from .._config import Ge, Lt, check_fields, config_error
+from ._config import Ge, Lt, check_fields, config_error
 
 __all__ = ["HeadTail", "truncate_head_tail", "truncation_label"]
 

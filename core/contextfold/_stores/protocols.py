@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .._messages.model import Message, Role
-from ._counts import StoredCounts
+from .counts import StoredCounts
 
 __all__ = [
     "BroadcastStore",

@@ -22,10 +22,11 @@ from dataclasses import dataclass, replace
 from typing import Annotated
 
 from .._config import Ge, check_fields
+from .._contract.policy import CompactionContext, PolicyOutcome, Target
+from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
-from .._policies.contract import CompactionContext, PolicyOutcome, SimplePolicy, Target
 from ..errors import ConfigurationError
-from .references import handle_for, handle_text
+from .simple import SimplePolicy
 
 __all__ = ["SUPERSEDED_PREFIX", "DedupeSupersededPass"]
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._head_tail import truncate_head_tail
 from .._messages.model import Message
-from .._policies.head_tail import truncate_head_tail
 from ..errors import ConfigurationError
-from ._base import BaseStore, SearchHit, parse_handle
+from .base import BaseStore, SearchHit, parse_handle
 
 __all__ = ["SEARCH_GUIDANCE", "SearchToolSpec", "search_tools"]
 

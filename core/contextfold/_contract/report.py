@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from .._messages.model import Message
-from .._policies.contract import Target, _Later, on_read, resolved
+from .policy import Target, _Later, on_read, resolved
 
 __all__ = ["CompactionReport", "CompactionResult", "on_read"]
 

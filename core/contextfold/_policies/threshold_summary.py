@@ -1,0 +1,142 @@
+"""The threshold policy's summary message: its text, where it goes, and how it is fitted."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .._contract.policy import CompactionContext
+from .._head_tail import HeadTail, truncate_head_tail
+from .._lossless.references import HANDLE_RE, handle_text
+from .._messages.model import Message
+from .._messages.prompt_kinds import prompt_kind
+from .._messages.structure import SYSTEM_ROLES
+
+__all__ = [
+    "SUMMARY_HEADER",
+    "dropped_note",
+    "fallback_notes",
+    "fit_sections",
+    "insert_summary",
+    "summary_message",
+]
+
+SUMMARY_HEADER = "[Compaction Summary]\n\n"
+
+"""The first line of the summary message."""
+
+_HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
+
+# Removal rank of a line by section (lower goes first); headings and TASK are never removed
+# here. PROGRESS's first and last steps rank with REMAINING.
+_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
+
+
+def summary_message(
+    text: str | None, context: CompactionContext, *, nudge: str, notice: str, note: str = ""
+) -> Message:
+    """The summary (or, for ``None``, the notice), with ``note`` naming the handle of what
+    was dropped, then the continuation nudge."""
+    note = f"\n\n{note}" if note else ""
+    if text is None:
+        return Message(role="user", content=notice + note, source="summary",
+                       created_at=context.now, metadata={"compaction": "notice"})
+    return Message(
+        role="user", content=f"{SUMMARY_HEADER}{text.strip()}{note}\n\n{nudge}",
+        source="summary", created_at=context.now, metadata={"compaction": "threshold"},
+    )
+
+
+def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
+    """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
+    with a line saying how many went; ``None`` when not even the headings fit."""
+    if fits(text):
+        return text
+    lines = text.strip().splitlines()
+    order = _removal_order(lines)
+    if not order:
+        return _head_tail(text, fits)
+
+    def render(k: int) -> str:
+        gone = set(order[:k])
+        kept = [line for i, line in enumerate(lines) if i not in gone]
+        return "\n".join([*kept, f"[{k} line(s) of the summary omitted to fit]"])
+
+    if not fits(render(len(order))):
+        return None
+    lo, hi = 1, len(order)
+    while lo < hi:  # the fewest removals that fit
+        mid = (lo + hi) // 2
+        if fits(render(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return render(lo)
+
+
+def _removal_order(lines: list[str]) -> list[int]:
+    """Indices of removable lines, first to go first; empty when there are no headings."""
+    section: str | None = None
+    ranked: list[tuple[int, int, int]] = []
+    progress: list[int] = []
+    seen_heading = False
+    for i, line in enumerate(lines):
+        heading = _HEADING.match(line)
+        if heading:
+            section, seen_heading = heading.group(1), True
+            continue
+        if not line.strip() or section == "TASK":
+            continue
+        if section == "PROGRESS":
+            progress.append(i)
+        rank = _RANK.get(section, 1)
+        ranked.append((rank, -i if section == "DATA" else i, i))
+    if not seen_heading:
+        return []
+    if len(progress) > 2:  # the first and the latest step stay with REMAINING
+        ends = {progress[0], progress[-1]}
+        ranked = [(2 if i in ends else r, k, i) for r, k, i in ranked]
+    return [i for _, _, i in sorted(ranked)]
+
+
+def _head_tail(text: str, fits: Callable[[str], bool]) -> str | None:
+    """A free-form summary cut head+tail to the largest size that fits."""
+    shape = HeadTail(0.6, 10**9, 0.3, 10**9)
+    if not fits(truncate_head_tail(text, shape, max_chars=0)):
+        return None
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(truncate_head_tail(text, shape, max_chars=mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return truncate_head_tail(text, shape, max_chars=lo)
+
+
+def fallback_notes(note: str) -> tuple[str, ...]:
+    """``note``, then its handle alone (``[dropped: ctx_...]``, when even the note does not
+    fit beside what was kept), then nothing: the order a notice tries them in."""
+    found = HANDLE_RE.search(note)
+    short = f"[dropped: {found.group(0)}]" if found else ""
+    return tuple(dict.fromkeys((note, short, "")))
+
+
+def dropped_note(span: str, count: int, context: CompactionContext) -> str:
+    """The line of the summary that names the handle of the dropped messages."""
+    return f"[{count} dropped messages, full text: {handle_text(span, context)}]"
+
+
+def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
+    """``kept`` with ``summary`` before the current turn when a later prompt than the first
+    started it (a multi-turn conversation: the summary of earlier turns must not follow the
+    current instruction), else at the end, before a trailing run of user prompts."""
+    prompts = [i for i, m in enumerate(kept) if prompt_kind(m) is not None]
+    if len(prompts) > 1:
+        return [*kept[: prompts[-1]], summary, *kept[prompts[-1]:]]
+    at = len(kept)
+    while at > 0 and kept[at - 1].role == "user" and kept[at - 1].source != "summary":
+        at -= 1
+    if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
+        at = len(kept)  # only prompts after the system: the summary goes last
+    return [*kept[:at], summary, *kept[at:]]

@@ -1,0 +1,2 @@
+"""History stores and what they keep beside the messages (token counts, originals,
+summaries); the public names are re-exported by :mod:`contextfold.stores`."""
