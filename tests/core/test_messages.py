@@ -167,7 +167,6 @@ def test_the_written_out_payload_is_the_encoders(
 @given(histories(max_turns=3, max_tool_chars=300))
 def test_dropped_targets_are_the_targets_the_dataclass_makes(history: list[cf.Message]) -> None:
     from contextfold._contract.policy import dropped_targets
-
     from contextfold.policy import Target
 
     sizes = list(range(len(history)))

@@ -9,11 +9,11 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from contextfold._contract.policy import resolved
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._contract.policy import resolved
 from contextfold._policies import threshold
 from contextfold.errors import BudgetExceededError
 from contextfold.policy import (

@@ -12,11 +12,12 @@ import pytest
 from store_helpers import SQL_BACKENDS, PostgresSchema, raw_sql
 
 import contextfold as cf
+from contextfold._stores import migrations as _migrations
+from contextfold._stores import sqlite
 from contextfold._stores.codec import dumps
 from contextfold._stores.postgres import postgres_search_sql
 from contextfold.errors import ConfigurationError, CorruptRowError, SchemaVersionError, StoreError
-from contextfold.stores import BaseStore, _migrations
-from contextfold.stores import _sqlite as sqlite
+from contextfold.stores import BaseStore
 from spy_counting import again, spy_counter
 
 sql_backends = pytest.mark.parametrize("backend", SQL_BACKENDS)

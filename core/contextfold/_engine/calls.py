@@ -28,7 +28,7 @@ import hashlib
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar, Union
 
@@ -41,6 +41,7 @@ from .._provider_errors import Overflow, overflow_of
 from .._stores.protocols import HistoryStore
 from ..errors import CompactionError, ConfigurationError, ContextOverflowError
 from .compactor import Compactor
+from .decision import Tools
 from .kept_counts import CountKeeper
 
 __all__ = [
@@ -55,8 +56,6 @@ __all__ = [
 
 F = TypeVar("F")  # the framework's message type
 R = TypeVar("R")  # what the framework's send returns
-
-Tools = Sequence[Mapping[str, Any]]
 
 SAFETY_MARGIN = 0.97
 """Share of a provider's stated limit a recompaction aims below (counters differ a little)."""

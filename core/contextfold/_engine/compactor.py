@@ -3,27 +3,15 @@ are one-shot compactors. Every compaction in the library goes through this one p
 
 One call, in order:
 
-1. **Plan.** When the call's messages extend the previous call's input (the same message
-   objects, or equal ones, as a prefix), the previous *output* is reused as the prefix and
-   only the new messages are counted. Under ``budget.trigger_tokens`` the result is that
-   prefix plus the new messages, without running the policy (the prefix stays byte-stable,
-   so provider prompt caches keep hitting). Over it, or forced, the policy runs on prefix
-   plus new messages and compacts down to the target; the prefix is then left alone until
-   the trigger is crossed again (hysteresis). Any other input (an edited or rewound history)
-   starts over from scratch: under the trigger it goes out as it is (repaired in flight
-   when invalid) without running the policy, as an extension would, unless the policy
-   declares ``always_run``; the one-shot ``compact()`` always runs the policy.
-   The decision tokenizes only what it needs: messages nothing has counted yet are
-   bounded from their UTF-8 length (:func:`~contextfold._counting.counters.count_within`)
-   and counted exactly, newest first, only while the bound is over the trigger. A call
-   that sends what it did not count leaves the exact figures of its report to be counted
-   when first read (see :mod:`contextfold._engine.result`).
+1. **Plan** (:mod:`.decision`): what the call works on, and the fast paths that answer it
+   without running the policy (an extension, or a valid input, under the trigger).
 2. **Prepare.** Check the input's types, repair the in-flight view of an invalid history
    (never the caller's list) and build the policy's :class:`~contextfold.policy.CompactionContext`.
-3. **Drive.** Run the policy's generator, answering its summary requests through the
-   summary service (sync or async: the policy is written once).
+3. **Drive** (:mod:`.drive`). Run the policy's generator, answering its summary requests
+   through the summary service (sync or async: the policy is written once).
 4. **Finish.** Validate the output (format rules and budget), keep the originals behind the
-   handles the policy gave, build the report with the usage breakdown, emit events.
+   handles the policy gave and the handles of what it left out (:mod:`.books`), build the
+   report with the usage breakdown, emit events.
 
 Calibration: ``observe_usage`` records the provider's input tokens; the next decision uses
 ``max(estimate, reported + estimate of what was added since)``. ``compact(messages,
@@ -47,16 +35,15 @@ when the call was incremental (``details["incremental"]``), else the caller's in
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent import futures
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any
 
 from .._config import Ge, check
 from .._contract.policy import (
@@ -64,21 +51,17 @@ from .._contract.policy import (
     ConversationState,
     Policy,
     PolicyOutcome,
-    PolicyRun,
-    SummaryReply,
-    SummaryRequest,
     Target,
 )
 from .._contract.report import CompactionReport, CompactionResult, on_read
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, _shared_prefix, count_within, counter_for_model
+from .._counting.counters import TokenCounter, count_within, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
-from .._lossless.handles import Block, HandleMemo, with_handles
-from .._lossless.originals import persist_originals
+from .._lossless.handles import Block
 from .._lossless.references import keeps_originals
 from .._messages.model import Message
 from .._messages.validation import repair, validate
-from .._policies.learning import LearnedImportance, learned_in, learning_of
+from .._policies.learning import LearnedImportance, learning_of
 from .._stores.protocols import HistoryStore
 from .._stores.reference_cache import ReferenceCache, default_references
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
@@ -86,15 +69,16 @@ from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
-from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
+from ..errors import BudgetExceededError, CompactionError, ConfigurationError
 from .ahead import Prepared, prepare_in_task, prepare_in_thread
+from .books import Books, Once, counted_targets
+from .decision import CallDecision, Tools
+from .drive import adrive, afocused, aprepared_outcome, drive, focused, prepared_outcome
 from .events import (
     CompactionApplied,
-    CompactionEvent,
     CompactionStarted,
     ConversationIdle,
     Listener,
-    emit,
 )
 from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
@@ -105,14 +89,9 @@ __all__ = ["Compactor", "acompact", "compact"]
 
 logger = logging.getLogger("contextfold")
 
-_KEPT_HANDLES = 100_000  # handles whose originals this compactor remembers having kept
-
 _TAKEN_OUT = frozenset({"summarized", "dropped", "truncated", "cleared", "inputs_cleared",
                         "image_stripped", "superseded"})
 """Target methods that take content out of view: a run with one of them is a compaction."""
-
-Tools = Sequence[Mapping[str, Any]]
-T = TypeVar("T")
 
 
 def compact(
@@ -180,7 +159,7 @@ def _one_shot(
                      references=default_references())
 
 
-class Compactor:
+class Compactor(CallDecision):
     """Compacts one conversation across calls: incremental, calibrated, failure-safe.
 
     Args:
@@ -208,9 +187,6 @@ class Compactor:
 
     last_output_tokens: int | None
     """The output tokens of the last reported usage, when given."""
-    _prefix: Prefix  # the previous input and output
-    _known: int | None  # provider-reported input tokens of the previous output
-    _since: int  # estimated tokens added since that report
 
     def __init__(
         self,
@@ -247,8 +223,7 @@ class Compactor:
         self.cache = cache_for(cache if cache is not None else LRUSummaryCache(), store)
         self.on_summary_failure: OnSummaryFailure = on_summary_failure
         self._listeners: list[Listener] = list(listeners)
-        self._kept_handles: set[str] = set()
-        self._handles = HandleMemo()
+        self._books = Books(self)
         self._pins = PinScan()
         self._rebuild = RebuildMemo()
         self.references = references if references is not None else ReferenceCache()
@@ -365,7 +340,8 @@ class Compactor:
         if prepared is not None:
             self._prepared = None  # used once, whatever comes of it
             # A task of an event loop cannot be waited for here: only when it is done.
-            ready = _settled(prepared) if prepared.threaded or prepared.future.done() else None
+            ready = (prepared_outcome(prepared) if prepared.threaded or prepared.future.done()
+                     else None)
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
@@ -386,7 +362,7 @@ class Compactor:
             # A task of another event loop cannot be awaited here: only when it is done.
             usable = prepared.threaded or prepared.future.done() or \
                 prepared.loop is asyncio.get_running_loop()
-            ready = await _asettled(prepared) if usable else None
+            ready = await aprepared_outcome(prepared) if usable else None
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
@@ -400,188 +376,6 @@ class Compactor:
             self.budget = replace(self.budget, context_window=tokens + self.budget.output_reserve)
             self._prepared = None  # prepared for the larger budget
 
-    # -- 1. plan ---------------------------------------------------------------------
-
-    def _plan(
-        self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
-        extra_tokens: int = 0, known_tokens: int | None = None, now: datetime | None = None,
-        complete: bool = True, passes: bool = True,
-    ) -> Plan | CompactionResult:
-        """Decide what this call works on; the result itself when a fast path applies (an
-        extension under the trigger; with ``passes``, a valid input under it)."""
-        started = time.perf_counter()
-        if force and self._stalled is not None:
-            before, after = self._stalled
-            raise NoProgressError(
-                f"forced compaction with policy {self.policy.name!r} made no progress last "
-                f"time ({before} -> {after} tokens); the context cannot shrink further"
-            )
-        tools = tools if tools is not None else self.tools
-        check("Compactor.compact", "extra_tokens", extra_tokens, Annotated[int, Ge(0)])
-        fixed = self._fixed_tokens(tools) + extra_tokens
-        prefix = self._prefix
-        always = self.policy.always_run
-        new = prefix.extension(messages) if fixed == prefix.fixed or always else None
-        # A rebuild's input that extends the previous input: only the rest is new to it.
-        grown = prefix.grown if always and new is not None else None
-        if new is not None and (always or not prefix.appendable(new)):
-            new = None  # rebuilt on every call, or the extension needs the full history
-        if new is None:
-            messages = _checked_input(messages, grown or 0)  # the caller's own list if one
-            self._known, self._since = None, 0  # the reported usage was of another input
-            new_tokens = None
-            if always:  # counted once per call, the unchanged part of a chain not again
-                figure, exact = self._rebuild.count(messages, grown, self.counter), True
-            else:  # exact only where the trigger needs it: a bound under it tokenizes none
-                figure, exact = count_within(self.counter, messages,
-                                             self.budget.trigger_tokens - fixed)
-            estimate = figure + fixed
-            known = known_tokens
-            size = len(messages)
-        else:
-            new_tokens = sum(map(self.counter.count_message, new))
-            estimate, exact = self._extended(new, new_tokens, fixed)
-            known = None if self._known is None else self._known + self._since + new_tokens
-            size = len(prefix.out) + len(new)
-        effective = max(estimate, known or 0)
-        needs = force or self._requested is not None or effective > self.budget.trigger_tokens
-        self._log(estimate, known, effective, size, fixed, force, needs)
-        plan = Plan(messages=messages, new=new, new_tokens=new_tokens, estimate=estimate,
-                    exact=exact, force=force, needs=needs, fixed=fixed, tools=tools,
-                    known=known, started=started, was_idle=self._state.idle, now=now,
-                    complete=complete, grown=grown)
-        if new is not None and not needs:
-            return self._append(plan, new)
-        if new is None and not needs and passes and not self.policy.always_run:
-            passed = self._pass(plan)
-            if passed is not None:
-                return passed
-        return plan
-
-    def _extended(self, new: list[Message], new_tokens: int, fixed: int) -> tuple[int, bool]:
-        """The estimate of the previous output plus ``new`` (and whether it is exact)."""
-        prefix = self._prefix
-        if prefix.out_exact:
-            # The counter's own total, not the sum of message counts: a counter need not
-            # be additive, and the fast path must fit by the same count as any output.
-            return self.counter.count_messages([*prefix.out, *new]) + fixed, True
-        # A bound (only counters whose totals are sums of message counts give one):
-        # tightened, newest first, only when it crosses the trigger.
-        if prefix.out_tokens + new_tokens + fixed <= self.budget.trigger_tokens:
-            return prefix.out_tokens + new_tokens + fixed, False
-        figure, exact = count_within(self.counter, [*prefix.out, *new],
-                                     self.budget.trigger_tokens - fixed)
-        return figure + fixed, exact
-
-    def _append(self, plan: Plan, new: list[Message]) -> CompactionResult:
-        """The fast path: the previous output, untouched, plus the new messages."""
-        previous = len(self._prefix.out)
-        out = self._prefix.append(new, plan.estimate - plan.fixed, plan.exact)
-        new_tokens = plan.new_tokens or 0
-        self._since += new_tokens
-        total = self._total(out, plan)
-
-        def details() -> dict[str, Any]:
-            tokens = total()
-            return {"known_tokens": plan.known, "incremental": True,
-                    "usage": self._usage(out, tokens, plan.fixed),
-                    "cached_prefix": {"messages": previous, "tokens": tokens - new_tokens,
-                                      "previous_messages": previous}}
-
-        return CompactionResult(messages=list(out), report=self._unchanged(
-            plan, len(out), total, details))
-
-    def _pass(self, plan: Plan) -> CompactionResult | None:
-        """A call that starts over under the trigger: the input (repaired in flight when
-        invalid) goes out without running the policy, as an extension under the trigger
-        does. ``None`` when a repaired view is still invalid or no longer fits: the
-        policy path then decides."""
-        messages: list[Message] = plan.messages  # type: ignore[assignment]  # a list: checked
-        view, repairs, valid = self._repaired(messages, plan)
-        if view is None:
-            return None
-        if view is not messages:  # the repaired view's own figure (its new messages)
-            figure, exact = count_within(self.counter, view,
-                                         self.budget.trigger_tokens - plan.fixed)
-            if figure + plan.fixed > self.budget.trigger_tokens:
-                return None
-            before = self._total(tuple(messages), plan)
-            plan = replace(plan, estimate=figure + plan.fixed, exact=exact)
-        # What is counted when read is a snapshot: the caller may change its list later.
-        frozen: Sequence[Message] = view if plan.exact else tuple(view)
-        total = self._total(frozen, plan)
-        if view is messages:
-            before = total
-        shared, previous = self._shared(view), len(self._prefix.out)
-        summary = self._service(self.counter).details()
-        known = learned_in(self._state)
-        learned = {"learned": known.as_dict()} if known is not None else {}
-        counter, fixed = self.counter, plan.fixed
-
-        def details() -> dict[str, Any]:
-            return {
-                "summary": summary,
-                "known_tokens": plan.known,
-                "incremental": False,
-                **learned,
-                "usage": self._usage(frozen, total(), fixed),
-                "cached_prefix": {
-                    "messages": shared, "previous_messages": previous,
-                    "tokens": counter.count_messages(frozen[:shared]) + fixed if shared else 0,
-                },
-            }
-
-        report = self._unchanged(plan, len(view), total, details, before=before,
-                                 messages_before=len(messages), repairs=repairs)
-        self._prefix.remember(messages, view, fixed, counter,
-                              tokens=plan.estimate - fixed, exact=plan.exact, valid=valid)
-        if repairs and self._listeners:  # the event's figure is counted when read
-            self._emit(CompactionApplied(self.conversation_id, report,
-                                         on_read(lambda: report.tokens_saved), 0, False,
-                                         report.duration))
-        return CompactionResult(messages=view, report=report)
-
-    def _repaired(
-        self, messages: list[Message], plan: Plan
-    ) -> tuple[list[Message] | None, tuple[str, ...], bool]:
-        """The view to send (``messages`` itself when valid), its repair notes and whether
-        it is valid; ``None`` for a view a repair cannot make sendable."""
-        if not validate(messages):
-            return messages, (), True
-        view, notes = repair(messages)
-        problems = validate(view)
-        if problems and plan.complete:
-            return None, (), False
-        if any(p.code not in APPENDABLE for p in problems):
-            return None, (), False
-        return view, tuple(notes), not problems
-
-    def _total(self, out: Sequence[Message], plan: Plan) -> Callable[[], int]:
-        """The exact tokens of ``out`` plus the fixed parts: the plan's estimate when that
-        is exact, else a count (cheap once made: counts are cached on the messages)."""
-        if plan.exact:
-            return lambda: plan.estimate
-        counter, fixed = self.counter, plan.fixed
-        return lambda: counter.count_messages(out) + fixed
-
-    def _unchanged(
-        self, plan: Plan, n: int, total: Callable[[], int],
-        details: Callable[[], dict[str, Any]], *, before: Callable[[], int] | None = None,
-        messages_before: int | None = None, repairs: tuple[str, ...] = (),
-    ) -> CompactionReport:
-        """The report of a call that sends its input without running the policy (repaired
-        when ``repairs``); its token figures are counted when first read when the call
-        decided from a bound."""
-        before = before or total
-        return CompactionReport(
-            tokens_before=plan.estimate if plan.exact and before is total else on_read(before),
-            tokens_after=plan.estimate if plan.exact else on_read(total),
-            messages_before=n if messages_before is None else messages_before,
-            messages_after=n, method="none", repairs=repairs,
-            duration=time.perf_counter() - plan.started,
-            details=details() if plan.exact else on_read(details),
-        )
-
     # -- 2-4. prepare, drive, finish ------------------------------------------------
 
     def _run(self, plan: Plan) -> CompactionResult:
@@ -589,11 +383,11 @@ class Compactor:
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
-                answer = _focused(service.answer, self._take_request())
+                answer = focused(service.answer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
                                       pinned=plan.pinned)
-                    outcome = _drive(run, answer)
+                    outcome = drive(run, answer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -608,11 +402,11 @@ class Compactor:
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
-                aanswer = _afocused(service.aanswer, self._take_request())
+                aanswer = afocused(service.aanswer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
                                       pinned=plan.pinned)
-                    outcome = await _adrive(run, aanswer)
+                    outcome = await adrive(run, aanswer)
                 except BudgetExceededError as error:
                     outcome = floor_outcome(view, context, error, self.policy.name)
                 result = self._finish(plan, view, repairs, context, outcome, service)
@@ -664,12 +458,6 @@ class Compactor:
         )
         return view, repairs, context
 
-    def _service(self, counter: TokenCounter) -> SummaryService:
-        return SummaryService(
-            self.summarizer, counter=counter, retry=self.retry, cache=self.cache,
-            on_failure=self.on_summary_failure, window=self.budget.input_budget,
-        )
-
     def _finish(
         self, plan: Plan, view: list[Message], repairs: tuple[str, ...],
         context: CompactionContext, outcome: PolicyOutcome, service: SummaryService,
@@ -706,7 +494,7 @@ class Compactor:
             tokens_after = context.measure(out)
         # What is counted when read is a snapshot: the caller may change its list later.
         snapshot = original if plan.exact else tuple(original)
-        before = _Once(lambda: plan.estimate if plan.exact else context.measure(snapshot))
+        before = Once(lambda: plan.estimate if plan.exact else context.measure(snapshot))
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
         if (out is not view and not plan.force and compacted
@@ -731,13 +519,13 @@ class Compactor:
             "known_tokens": plan.known,
             "incremental": plan.new_tokens is not None,
         }
-        usage = self._usage(messages, tokens_after, plan.fixed)
-        cached = self._cached_prefix(messages, plan.fixed)
+        usage = self._books.usage(messages, tokens_after, plan.fixed)
+        cached = self._books.cached_prefix(self._prefix.out, messages, plan.fixed)
         targets: tuple[Target, ...]
         details: dict[str, Any]
         if not plan.exact and out is not view and not keeps_originals(
                 self.store, self.conversation_id):
-            targets, details = self._handled_later(view, messages, outcome, figures, usage,
+            targets, details = self._books.handled_later(view, messages, outcome, figures, usage,
                                                    cached)
         else:
             targets = outcome.targets
@@ -746,13 +534,14 @@ class Compactor:
             # this one starts with.
             settled = (plan.grown or 0) if context.lineage is not None else 0
             if out is not view:  # everything left out gets a handle, whichever policy left it
-                targets, blocks = self._with_handles(view, messages, targets, context)
+                targets, blocks = self._books.with_handles(view, messages, targets, context,
+                                                          self._rebuild)
             details = {**outcome.details, **figures,
-                       **self._keep_originals(view, targets, blocks, settled),
+                       **self._books.keep_originals(view, targets, blocks, settled),
                        "usage": usage, "cached_prefix": cached}
             # Counted when read: a policy may give a bound for what it dropped uncounted
             # (the call did not need them, or a repair made them).
-            targets = on_read(partial(_counted_targets, targets, tuple(view), self.counter))
+            targets = on_read(partial(counted_targets, targets, tuple(view), self.counter))
         report = CompactionReport(
             tokens_before=before() if plan.exact else on_read(before),
             tokens_after=tokens_after,
@@ -789,35 +578,6 @@ class Compactor:
         limit = tokens_after - plan.fixed - 1
         figure, _ = count_within(self.counter, before, limit)
         return figure <= limit
-
-    def _handled_later(
-        self, view: list[Message], out: list[Message], outcome: PolicyOutcome,
-        figures: dict[str, Any], usage: dict[str, Any], cached: dict[str, int],
-    ) -> tuple[tuple[Target, ...], dict[str, Any]]:
-        """The report's targets and details of a pass that decided from bounds and keeps
-        originals in memory, made when first read: the handles of what the policy left out
-        without one, and their originals, are made then (only the report can name them:
-        nothing in view does); the originals behind the policy's own handles, which the
-        model may read at once, are kept now."""
-        given = outcome.targets
-        self._keep_originals(view, [t for t in given if t.handle], (), 0)
-        view, out = list(view), list(out)  # snapshots: the caller may change its lists
-        learning, known = learning_of(self._state), learned_in(self._state)
-        learned = {"learned": known.as_dict()} if known is not None else {}  # as of now
-        counter, kept = self.counter, self._kept_handles
-
-        def complete() -> tuple[tuple[Target, ...], dict[str, Any]]:
-            targets = with_handles(view, out, given, counter, HandleMemo())
-            references = persist_originals(
-                view, targets, store=self.store, cache=self.references,
-                conversation_id=self.conversation_id, learning=learning, kept=kept)
-            return _counted_targets(targets, view, counter), {
-                **({"references": references} if references else {}),
-                **learned}
-
-        made = _Once(complete)
-        return on_read(lambda: made()[0]), on_read(lambda: {
-            **outcome.details, **figures, **made()[1], "usage": usage, "cached_prefix": cached})
 
     def _remember(
         self, plan: Plan, out: Sequence[Message], tokens: int, changed: bool
@@ -867,11 +627,11 @@ class Compactor:
         )
         prepared = Prepared(snapshot, service)
         if isinstance(summarizer, Summarizer):
-            self._prepared = prepare_in_thread(prepared, lambda: _drive(
+            self._prepared = prepare_in_thread(prepared, lambda: drive(
                 keep_pinned(self.policy.run, list(snapshot), context), service.answer))
         elif in_loop and isinstance(summarizer, AsyncSummarizer):
             async def run() -> PolicyOutcome:
-                return await _adrive(keep_pinned(self.policy.run, list(snapshot), context),
+                return await adrive(keep_pinned(self.policy.run, list(snapshot), context),
                                      service.aanswer)
             self._prepared = prepare_in_task(prepared, run)
 
@@ -926,56 +686,6 @@ class Compactor:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _cached_prefix(self, out: Sequence[Message], fixed: int) -> dict[str, int]:
-        """How much of the previous request this one repeats from its start (what a
-        provider's prompt cache can reuse): messages, and their tokens with the tools and
-        other fixed parts sent before them."""
-        k = self._shared(out)
-        tokens = self.counter.count_messages(list(out[:k])) + fixed if k else 0
-        return {"messages": k, "tokens": tokens, "previous_messages": len(self._prefix.out)}
-
-    def _shared(self, out: Sequence[Message]) -> int:
-        """How many leading messages of ``out`` repeat the previous request's."""
-        previous = self._prefix.out
-        k = _shared_prefix(previous, out)
-        while k < min(len(previous), len(out)) and previous[k] == out[k]:
-            k += 1  # an equal message is the same bytes on the wire
-        return k
-
-    def _with_handles(
-        self, view: list[Message], out: list[Message], targets: tuple[Target, ...],
-        context: CompactionContext,
-    ) -> tuple[tuple[Target, ...], Sequence[Block]]:
-        """The targets with a handle for everything left out, and the blocks of left-out
-        runs among them. In a rebuild's chain the left-out positions come from the
-        rebuild memory, and blocks the memo made in the chain are taken as they are."""
-        kept = settled = None
-        if context.lineage is not None:
-            kept = self._rebuild.kept(view, out)
-            settled = len(view) if self._rebuild.handles_chained else 0
-            self._rebuild.handles_chained = True
-        done = with_handles(view, out, targets, self.counter, self._handles, kept=kept,
-                            settled=settled or 0)
-        return done, self._handles.blocks
-
-    def _keep_originals(
-        self, view: Sequence[Message], targets: Sequence[Target], blocks: Sequence[Block],
-        settled: int,
-    ) -> dict[str, Any]:
-        """Keep the originals behind the targets' handles; the report's figures."""
-        if len(self._kept_handles) > _KEPT_HANDLES:
-            self._kept_handles.clear()  # bounded; at worst an original is kept again
-        # The blocks' "dropped" targets close the list: they are read block by block.
-        own = targets[: len(targets) - sum(len(b.dropped) for b in blocks)]
-        kept = persist_originals(
-            view, own, store=self.store, cache=self.references,
-            conversation_id=self.conversation_id, learning=learning_of(self._state),
-            kept=self._kept_handles, blocks=blocks, settled=settled,
-        )
-        learned = learned_in(self._state)
-        return {**({"references": kept} if kept else {}),
-                **({"learned": learned.as_dict()} if learned is not None else {})}
-
     def _forget(self) -> None:
         self._prefix = Prefix()
         self._prepared = None
@@ -984,156 +694,7 @@ class Compactor:
         self._since = 0
         self.last_output_tokens = None
 
-    def _usage(self, out: Sequence[Message], total: int, fixed: int) -> dict[str, int | bool]:
-        """The usage breakdown of an output whose total is known."""
-        return usage_of(out, counter=self.counter, budget=self.budget, tool_tokens=fixed,
-                        total=total).as_dict()
-
-    def _fixed_tokens(self, tools: Tools | None) -> int:
-        """Tokens of the tool definitions, counted again only when their content changed
-        (a caller may edit its tools list in place between calls)."""
-        if not tools:
-            return 0
-        key = json.dumps(tools, sort_keys=True, default=str)
-        if self._tools_seen[0] != key:
-            self._tools_seen = (key, self.counter.count_tools(tools))
-        return self._tools_seen[1]
-
-    def _emit(self, event: CompactionEvent) -> None:
-        if self._listeners:
-            emit(self._listeners, event)
-
-    def _log(
-        self, estimate: int, known: int | None, effective: int, n: int, fixed: int,
-        force: bool, needs: bool,
-    ) -> None:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "[compactor] conversation=%s estimate=%d last_known=%s effective=%d budget=%d "
-                "threshold=%d (%d%%) messages=%d fixed=%d force=%s needs_compaction=%s",
-                self.conversation_id, estimate, known, effective, self.budget.input_budget,
-                self.budget.trigger_tokens, round(self.budget.trigger * 100), n, fixed,
-                force, needs,
-            )
-
-
-class _Once(Generic[T]):
-    """A value computed on the first call and kept."""
-
-    def __init__(self, compute: Callable[[], T]) -> None:
-        self._compute: Callable[[], T] | None = compute
-        self._value: T | None = None
-
-    def __call__(self) -> T:
-        if self._compute is not None:
-            self._value, self._compute = self._compute(), None
-        return self._value  # type: ignore[return-value]  # set on the first call
-
-
 def _kept_only(out: Sequence[Message], view: Sequence[Message]) -> bool:
     """True when every message of ``out`` is one of ``view``'s own objects."""
     present = set(map(id, view))
     return all(id(m) in present for m in out)
-
-
-def _counted_targets(
-    targets: tuple[Target, ...], view: Sequence[Message], counter: TokenCounter
-) -> tuple[Target, ...]:
-    """``targets`` with the exact count of each original: a policy that decided from bounds
-    may have given a message nothing counted its bound."""
-    count = counter.count_message
-    return tuple(
-        t if not 0 <= t.index < len(view) or (n := count(view[t.index])) == t.original_tokens
-        else replace(t, original_tokens=n)
-        for t in targets)
-
-
-def _checked_input(messages: Sequence[Message], start: int = 0) -> list[Message]:
-    """``messages`` as a list, after checking that it is a sequence of core messages (from
-    ``start`` on: the caller knows the first ``start`` are)."""
-    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
-        raise TypeError(f"messages must be a sequence of Message, got {type(messages).__name__}")
-    for i in range(start, len(messages)):
-        m = messages[i]
-        if not isinstance(m, Message):
-            raise TypeError(
-                f"messages[{i}] is {type(m).__name__}, not contextfold.Message "
-                "(convert with contextfold.from_openai or an adapter)"
-            )
-    return messages if isinstance(messages, list) else list(messages)
-
-
-def _focus_note(focus: str) -> str:
-    return (f"\n\nThe agent asked for this compaction to keep, above all: {focus}. Keep "
-            "everything about it, and its names, ids and values exactly as written.")
-
-
-def _focused(answer: Callable[[SummaryRequest], SummaryReply], focus: str | None
-             ) -> Callable[[SummaryRequest], SummaryReply]:
-    """``answer`` with a requested compaction's focus added to each summary request."""
-    if not focus:
-        return answer
-    return lambda request: answer(
-        replace(request, instructions=request.instructions + _focus_note(focus)))
-
-
-def _afocused(answer: Callable[[SummaryRequest], Awaitable[SummaryReply]], focus: str | None
-              ) -> Callable[[SummaryRequest], Awaitable[SummaryReply]]:
-    """:func:`_focused` for an async ``answer``."""
-    if not focus:
-        return answer
-    return lambda request: answer(
-        replace(request, instructions=request.instructions + _focus_note(focus)))
-
-
-def _drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> PolicyOutcome:
-    """Run a policy generator to completion, answering each request with ``answer``."""
-    try:
-        request = next(run)
-        while True:
-            request = run.send(answer(request))
-    except StopIteration as stop:
-        outcome: PolicyOutcome = stop.value
-        return outcome
-
-
-def _settled(prepared: Prepared) -> PolicyOutcome | None:
-    """The prepared outcome, waiting for it; ``None`` when it failed (the call then
-    compacts as it would have without it)."""
-    started = time.perf_counter()
-    try:
-        outcome = prepared.future.result()
-    except BaseException as error:
-        if not (prepared.future.done() and prepared.future.exception() is error):
-            raise  # not the background run's failure: this call's own interruption
-        logger.debug("contextfold: prepared compaction failed: %r", error)
-        return None
-    prepared.waited = time.perf_counter() - started
-    return outcome
-
-
-async def _asettled(prepared: Prepared) -> PolicyOutcome | None:
-    """:func:`_settled`, awaited."""
-    started = time.perf_counter()
-    try:
-        outcome = await asyncio.wrap_future(prepared.future)
-    except BaseException as error:
-        if not prepared.future.done() or isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise  # this call itself was cancelled or interrupted
-        logger.debug("contextfold: prepared compaction failed: %r", error)
-        return None
-    prepared.waited = time.perf_counter() - started
-    return outcome
-
-
-async def _adrive(
-    run: PolicyRun, answer: Callable[[SummaryRequest], Awaitable[SummaryReply]]
-) -> PolicyOutcome:
-    """Like :func:`_drive` with an async ``answer``."""
-    try:
-        request = next(run)
-        while True:
-            request = run.send(await answer(request))
-    except StopIteration as stop:
-        outcome: PolicyOutcome = stop.value
-        return outcome
