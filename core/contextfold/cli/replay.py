@@ -122,8 +122,14 @@ class Replay:
 
 def step_boundaries(messages: Sequence[Message]) -> list[int]:
     """Lengths of the prefixes a model was called with: the index of every assistant message
-    (the model wrote it from what came before), plus the whole history at the end."""
-    cuts = [i for i, m in enumerate(messages) if m.role == "assistant" and i > 0]
+    (the model wrote it from what came before), plus the whole history at the end.
+
+    An assistant message before the first user message (a greeting: the assistant spoke
+    first) is not a step: a request without a user message is not one a provider accepts,
+    so there is nothing to compact for it.
+    """
+    first_user = next((i for i, m in enumerate(messages) if m.role == "user"), len(messages))
+    cuts = [i for i, m in enumerate(messages) if m.role == "assistant" and i > first_user]
     if not cuts or cuts[-1] != len(messages):
         cuts.append(len(messages))
     return cuts
