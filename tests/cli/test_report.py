@@ -182,7 +182,7 @@ def test_chart_renders_in_headless_chromium(tmp_path: Path) -> None:
     # The summary text and the handles are on the page the browser drew.
     assert "TASK: step 10 &lt;task&gt;" in dom and "<code>ctx_10_3</code>" in dom
     # The hostile tool and title names stayed text: no script ran from them.
-    assert dom.count("<script") == 2 and "alert(1)" not in dom.split("<body")[0]
+    assert dom.count("<script") == 2 and "&lt;script&gt;alert(1)" in dom
     assert ">tokens</text>" in dom and ">model call (step)</text>" in dom
     shot = tmp_path / "chart.png"
     subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1000,800",
