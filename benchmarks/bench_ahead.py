@@ -147,9 +147,9 @@ def middleware(summary_seconds: float, count: int,
 def run(quick: bool) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run.py``: the slowest crossing call and the median other call,
     prepared ahead, made on the spot, and LangChain's, in the same process."""
-    summary_seconds = 0.5 if quick else SUMMARY_SECONDS
-    model_seconds = 0.05 if quick else 0.2
-    count = 140
+    summary_seconds = 0.05 if quick else SUMMARY_SECONDS
+    model_seconds = 0.01 if quick else 0.2
+    count = 100 if quick else 140
     prepared = ours(0.6, summary_seconds, count, model_seconds)
     on_the_spot = ours(None, summary_seconds, count, model_seconds)
     through_langchain = middleware(summary_seconds, count, model_seconds)

@@ -144,10 +144,10 @@ def prefix_check_ms(history: list[cf.Message], n: int) -> float:
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """The compactor rows (see the module docstring)."""
-    small, large = (10_000, 20_000) if quick else (10_000, 50_000)
+    small, large = (1_000, 2_000) if quick else (10_000, 50_000)
     history = loop_history(large)
     ours = run_ours(history, (small, large))
-    peers = run_peers(history, small, 5 if quick else 15)
+    peers = run_peers(history, small, 3 if quick else 15)
     step_small, step_large = ours["median_ms"][small], ours["median_ms"][large]
     faster = min(peers["middleware_ms"], peers["trim_ms"])
     per_pass = ours["calls"] / max(ours["passes"], 1)

@@ -26,7 +26,7 @@ import contextfold as cf
 from contextfold.testing import generate_history
 
 SIZES = (1_000, 10_000, 50_000)
-QUICK_SIZES = (1_000, 10_000)
+QUICK_SIZES = (1_000, 3_000)
 
 
 def exact_counter() -> cf.TiktokenCounter:

@@ -13,9 +13,10 @@ Then, at that size:
   shown apart as ``get (first)``);
 * the same with ``aput`` / ``aget`` in an event loop.
 
-And, for a 10k-message thread in every run: the cold first reads (``cold_rows``).
+And, for a 10k-message thread (2k with ``--quick``): the cold first reads (``cold_rows``).
 
-A cell stops after ``CELL_SECONDS`` (at least 3 operations); one operation that runs past
+A cell stops after ``CELL_SECONDS`` (``QUICK_CELL_SECONDS`` with ``--quick``; at least 3
+operations); one operation that runs past
 ``OP_SECONDS`` is aborted and shown as a lower bound (``ChatMemoryBuffer.get`` recounts
 the remaining history once per message it drops, so its cost grows with the square of
 the history). Ratios are peer / contextfold: above 1 means contextfold is faster.
@@ -27,7 +28,6 @@ Results go to ``benchmarks/results/llamaindex.json`` through ``run.py``.
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 import statistics
 import sys
@@ -50,11 +50,15 @@ import contextfold as cf
 from contextfold.testing import generate_history
 from llama_index.memory.contextfold import CompactingLLM, CompactingMemory, to_llama_index
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import settle
+
 SIZES = (100, 1_000, 10_000)
-QUICK_SIZES = (100, 1_000)
+QUICK_SIZES = (100, 300)
 TOKEN_LIMIT = 30_000
 OPS = 40
 CELL_SECONDS = 6.0
+QUICK_CELL_SECONDS = 0.5
 OP_SECONDS = 20.0
 COUNTER = cf.TiktokenCounter("cl100k_base")
 MemoryFactory = Callable[[], Any]
@@ -101,7 +105,7 @@ def factories() -> dict[str, MemoryFactory]:
 
 def _timed(fn: Callable[[], object]) -> float:
     """Seconds ``fn`` takes; raises ``_TooSlow`` past ``OP_SECONDS``."""
-    gc.collect()
+    settle()
     signal.setitimer(signal.ITIMER_REAL, OP_SECONDS)
     try:
         started = time.perf_counter()
@@ -111,7 +115,8 @@ def _timed(fn: Callable[[], object]) -> float:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def measure_sync(factory: MemoryFactory, n: int) -> dict[str, float | str]:
+def measure_sync(factory: MemoryFactory, n: int, cell: float = CELL_SECONDS
+                 ) -> dict[str, float | str]:
     """Mean ms of put, and of get after each put, at ``n`` messages (sync API)."""
     memory = factory()
     memory.set(history(n))
@@ -127,7 +132,7 @@ def measure_sync(factory: MemoryFactory, n: int) -> dict[str, float | str]:
             times["put"].append(_timed(lambda m=message: memory.put(m)))
             op = "get"
             times["get"].append(_timed(memory.get))
-            if time.perf_counter() - started > CELL_SECONDS and i >= 2:
+            if time.perf_counter() - started > cell and i >= 2:
                 break
         out.update({k: statistics.median(v) * 1000 for k, v in times.items()})
     except _TooSlow:
@@ -149,11 +154,12 @@ def _puts_only(memory: Any) -> float | str:
     return statistics.median(times) * 1000
 
 
-def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
+def measure_async(factory: MemoryFactory, n: int, cell: float = CELL_SECONDS
+                  ) -> dict[str, float | str]:
     """Mean ms of aput, and of aget after each aput, at ``n`` messages."""
 
     async def timed(fn: Callable[[], Awaitable[object]]) -> float:
-        gc.collect()
+        settle()
         started = time.perf_counter()
         await asyncio.wait_for(fn(), OP_SECONDS)
         return time.perf_counter() - started
@@ -168,7 +174,7 @@ def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
             message = step(i)
             times["aput"].append(await timed(lambda m=message: memory.aput(m)))
             times["aget"].append(await timed(memory.aget))
-            if time.perf_counter() - started > CELL_SECONDS and i >= 2:
+            if time.perf_counter() - started > cell and i >= 2:
                 break
         out.update({k: statistics.median(v) * 1000 for k, v in times.items()})
         return out
@@ -180,18 +186,18 @@ def measure_async(factory: MemoryFactory, n: int) -> dict[str, float | str]:
         return {"aget (first)": bound, "aput": bound, "aget": bound}
 
 
-def rows_for(n: int) -> list[dict[str, Any]]:
+def rows_for(n: int, cell: float = CELL_SECONDS) -> list[dict[str, Any]]:
     """One row per peer and operation at ``n`` messages. A peer whose sync operations ran
     past the cap is not run async at that size (an ``asyncio.to_thread`` cannot be
     interrupted, and ``ChatMemoryBuffer.aget`` is its ``get`` in a thread)."""
     figures: dict[str, dict[str, float | str]] = {}
     for name, factory in factories().items():
-        figures[name] = measure_sync(factory, n)
+        figures[name] = measure_sync(factory, n, cell)
         if any(isinstance(v, str) for v in figures[name].values()):
             skipped = "not run (a sync operation passed the cap)"
             figures[name].update({k: skipped for k in ("aget (first)", "aput", "aget")})
         else:
-            figures[name].update(measure_async(factory, n))
+            figures[name].update(measure_async(factory, n, cell))
     ours = figures.pop("CompactingMemory")
     rows = []
     for op in ("put", "get", "get (first)", "aput", "aget", "aget (first)"):
@@ -233,12 +239,12 @@ def cold_rows(n: int) -> list[dict[str, Any]]:
     for name in ("CompactingMemory", "Memory"):
         memory = factories()[name]()
         memory.set(messages)
-        gc.collect()
+        settle()
         started = time.perf_counter()
         memory.get()
         times[name] = (time.perf_counter() - started) * 1000
     llm = CompactingLLM(llm=_InstantLLM(), budget=cf.Budget(10**9), counter=COUNTER)
-    gc.collect()
+    settle()
     started = time.perf_counter()
     llm.chat(list(messages))
     chat = (time.perf_counter() - started) * 1000
@@ -258,8 +264,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
     warnings.simplefilter("ignore", DeprecationWarning)
     rows: list[dict[str, Any]] = []
     for n in QUICK_SIZES if quick else SIZES:
-        rows.extend(rows_for(n))
-    rows.extend(cold_rows(10_000))
+        rows.extend(rows_for(n, QUICK_CELL_SECONDS if quick else CELL_SECONDS))
+    rows.extend(cold_rows(2_000 if quick else 10_000))
     return rows
 
 

@@ -1,7 +1,8 @@
-"""Lossless compaction on real agent traces: probes present, and probes recoverable.
+"""Lossless compaction on agent traces: probes present, and probes recoverable.
 
 Every trajectory (tau-bench airline ``traj``, 200 GPT-4o runs; SWE-Gym OpenHands
-``messages``, 5 runs with their tool definitions; converted with ``contextfold.from_openai``
+``messages``, 5 runs with their tool definitions; without ``../shared/traces`` the shipped
+samples, see ``_traces.py``; converted with ``contextfold.from_openai``
 through ``load_transcripts``, which drops ``function_call: null``) is replayed one model
 call at a time through a ``Compactor`` with ``ThresholdPolicy``, at an allowance of the
 system prompt plus a fraction of the rest (as ``contextfold eval`` does).
@@ -40,9 +41,9 @@ from contextfold.cli.transcripts import Transcript, load_transcripts
 from contextfold.policy import HANDLE_RE, SYSTEM_ROLES
 from contextfold.stores import ReferenceCache
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
-SWE = TRACES / "swe-gym-openhands" / "sample_raw.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _traces import TRACES
+
 COUNTER = cf.TiktokenCounter("cl100k_base")
 PLACES = ("store", "cache-256", "cache-4")
 
@@ -134,16 +135,14 @@ def rows_for(label: str, transcripts: Sequence[Transcript], fraction: float
 
 def run(quick: bool) -> list[dict[str, Any]]:
     """Rows for both data sets at two allowances."""
-    if not AIRLINE.exists() or not SWE.exists():
-        raise SystemExit(f"traces not found under {TRACES}")
-    airline = load_transcripts(AIRLINE)
-    swe = load_transcripts(SWE)
+    airline = load_transcripts(TRACES.airline)
+    swe = load_transcripts(TRACES.coding)
     if quick:
         airline = airline[:40]
     rows: list[dict[str, Any]] = []
     for fraction in (0.25, 0.5):
-        rows.extend(rows_for("tau-bench airline", airline, fraction))
-        rows.extend(rows_for("SWE-Gym OpenHands", swe, fraction))
+        rows.extend(rows_for(TRACES.airline_label, airline, fraction))
+        rows.extend(rows_for(TRACES.coding_label, swe, fraction))
     return rows
 
 

@@ -1,4 +1,4 @@
-"""Threshold and tiered compaction: speed at 1M tokens, fidelity on real airline traces.
+"""Threshold and tiered compaction: speed at 1M tokens, fidelity on airline traces.
 
 1. **Speed.** One ``ThresholdPolicy`` pass over a generated agent history of about 1M
    tokens with a DeepSeek-V4-sized budget (967k input, so the 75% trigger fires), beside
@@ -17,7 +17,8 @@
    stringified, at least 3 characters, present in the original context): the share still
    present in the compacted context (text and tool-call arguments). The peer is
    ``trim_messages(strategy="last")`` given exactly the tokens our output used, counted
-   with the same tiktoken counter.
+   with the same tiktoken counter. Without ``../shared/traces`` the shipped airline sample
+   stands in (``_traces.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import contextfold as cf
 from contextfold.policy import CompactionContext, Policy, SummaryReply
 from contextfold.testing import generate_history
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _traces import TRACES
 
 
 def exact_counter() -> cf.TiktokenCounter:
@@ -70,11 +71,13 @@ def context_text(messages: Sequence[cf.Message]) -> str:
 # -- 1. speed ------------------------------------------------------------------------
 
 
-def million_token_history(counter: cf.TokenCounter) -> list[cf.Message]:
-    """About 1M tokens: turns of a prompt, three tool steps of ~8,000-char results, an answer."""
+def million_token_history(counter: cf.TokenCounter, tokens: int = 1_000_000
+                          ) -> list[cf.Message]:
+    """About ``tokens`` tokens (1M; 250k with ``--quick``): turns of a prompt, three tool
+    steps of ~8,000-char results, an answer."""
     history = generate_history(11, turns=110, tools_per_turn=3, tool_chars=8_000)
     size = counter.count_messages(history)
-    scale = max(1, round(110 * 1_000_000 / size))
+    scale = max(1, round(110 * tokens / size))
     return generate_history(11, turns=scale, tools_per_turn=3, tool_chars=8_000)
 
 
@@ -128,7 +131,8 @@ def speed_rows(quick: bool) -> list[dict[str, Any]]:
     from run import best_of
 
     exact = exact_counter()
-    history = million_token_history(exact)
+    tokens = 250_000 if quick else 1_000_000
+    history = million_token_history(exact, tokens)
     size = exact.count_messages(history)
     budget = cf.Budget.for_model("deepseek-v4-pro")
     repeat = 2 if quick else 4
@@ -149,7 +153,8 @@ def speed_rows(quick: bool) -> list[dict[str, Any]]:
         ms, tokens, targets = time_pass(history, budget, counter, mode,
                                         1 if mode == "compact" else repeat)
         rows.append({
-            "name": f"threshold 1M tokens: {label}", "ours": ms, "peer": peer, "unit": "ms",
+            "name": f"threshold {tokens // 1000:,}k tokens: {label}", "ours": ms, "peer": peer,
+            "unit": "ms",
             "notes": (f"{len(history):,} msgs, {size:,} tiktoken tokens -> {tokens:,} "
                       f"({counter.name}), {targets} targets; vs trim_messages(last, "
                       "count_tokens_approximately); target < 500 ms"),
@@ -157,13 +162,14 @@ def speed_rows(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def huge_result_history() -> list[cf.Message]:
-    """A short agent run whose one tool result is 10 MB (a dumped log): the text of the
-    generated tool results above, joined until it is that long."""
+def huge_result_history(size: int = 10_000_000) -> list[cf.Message]:
+    """A short agent run whose one tool result is ``size`` characters (10 MB; 2.5 MB with
+    ``--quick``: a dumped log): the text of the generated tool results above, joined until
+    it is that long."""
     texts = [m.text for m in generate_history(13, turns=300, tools_per_turn=3,
                                                tool_chars=8_000) if m.role == "tool"]
     log = "\n".join(texts)
-    log = (log * (10_000_000 // len(log) + 1))[:10_000_000]
+    log = (log * (size // len(log) + 1))[:size]
     history = generate_history(13, turns=2, tools_per_turn=1, tool_chars=2_000)
     first_tool = next(i for i, m in enumerate(history) if m.role == "tool")
     history[first_tool] = cf.Message(role="tool", content=log,
@@ -180,7 +186,8 @@ def huge_result_rows(quick: bool) -> list[dict[str, Any]]:
     from run import best_of
 
     counter = exact_counter()
-    history = huge_result_history()
+    size = 2_500_000 if quick else 10_000_000
+    history = huge_result_history(size)
     budget = cf.Budget.for_model("gpt-4o")
     lc = to_langchain(history)
     peer = best_of(lambda: trim_messages(lc, max_tokens=budget.target_tokens, strategy="last",
@@ -203,7 +210,8 @@ def huge_result_rows(quick: bool) -> list[dict[str, Any]]:
 
         ms = best_of(once, repeat=1 if quick else 3, setup=fresh)
         rows.append({
-            "name": f"10 MB tool result, cold: {policy.name}", "ours": ms, "peer": peer,
+            "name": f"{size / 1e6:g} MB tool result, cold: {policy.name}", "ours": ms,
+            "peer": peer,
             "unit": "ms",
             "notes": (f"{out[-1].tokens_before:,} -> {out[-1].tokens_after:,} tokens; vs "
                       "trim_messages(last, count_tokens_approximately); target < 1 s"),
@@ -268,7 +276,7 @@ def leaves(value: Any) -> Iterator[str]:
 
 def airline_cases() -> Iterator[tuple[list[cf.Message], list[str]]]:
     """Each trajectory as core messages, with the gold-action probes found in it."""
-    records = json.loads(AIRLINE.read_text())
+    records = json.loads(TRACES.airline.read_text())
     for record in records:
         raw = [{k: v for k, v in m.items() if not (k == "function_call" and v is None)}
                for m in record["traj"]]
@@ -336,7 +344,7 @@ def fidelity_rows(quick: bool) -> list[dict[str, Any]]:
         ours = 100 * t["kept"] / max(1, t["probes"])
         peer = 100 * t["peer"] / max(1, t["probes"])
         rows.append({
-            "name": f"airline gold args kept, {name} at half size",
+            "name": f"{TRACES.airline_label} gold args kept, {name} at half size",
             "ours": ours, "peer": peer, "ratio": ours / peer if peer else None, "unit": "%",
             "notes": (f"ratio = ours/peer; vs trim_messages(last) at our output size; "
                       f"{len(cases) - t['failed']}/{len(cases)} traces, {t['probes']} probes, "

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import gc
 import shutil
 import sqlite3
 import sys
@@ -44,7 +43,11 @@ from typing import Any
 import contextfold as cf
 from contextfold.testing import generate_history
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import settle
+
 N = 10_000
+QUICK_N = 1_000
 REPEAT = 3
 QUICK_REPEAT = 2
 ENCODING = "cl100k_base"
@@ -54,9 +57,9 @@ BUDGET = cf.Budget(context_window=32_000, output_reserve=4_000)
 """28,000 input tokens, the LangChain rows' budget (as in ``bench_truncation``)."""
 
 
-def thread() -> list[cf.Message]:
-    """The 10k-message thread (the ``bench_llamaindex`` history)."""
-    return generate_history(11, turns=N // 8 + 1, tools_per_turn=3, tool_chars=400)[:N]
+def thread(n: int) -> list[cf.Message]:
+    """The ``n``-message thread (the ``bench_llamaindex`` history)."""
+    return generate_history(11, turns=n // 8 + 1, tools_per_turn=3, tool_chars=400)[:n]
 
 
 def counter() -> cf.TiktokenCounter:
@@ -84,7 +87,7 @@ def _fastest(run: Callable[[], float], repeat: int) -> float:
 
 
 def _timed(fn: Callable[[], object]) -> float:
-    gc.collect()
+    settle()
     started = time.perf_counter()
     fn()
     return (time.perf_counter() - started) * 1000
@@ -93,10 +96,10 @@ def _timed(fn: Callable[[], object]) -> float:
 # -- LlamaIndex ----------------------------------------------------------------------------
 
 
-def llama_rows(folder: Path, repeat: int) -> list[dict[str, Any]]:
+def llama_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
     from llama_index.memory.contextfold import CompactingMemory, to_llama_index
 
-    history = to_llama_index(thread())
+    history = to_llama_index(thread(n))
     source = folder / "llama.db"
 
     def memory(path: Path) -> Any:
@@ -117,7 +120,7 @@ def llama_rows(folder: Path, repeat: int) -> list[dict[str, Any]]:
 
     ours = {kept: _fastest(lambda k=kept: resumed(k), repeat) for kept in (True, False)}
     peer = _fastest(lambda: _llama_memory_first_get(folder, history), repeat)
-    return _rows("CompactingMemory first get", ours, peer,
+    return _rows("CompactingMemory first get", n, ours, peer,
                  "LlamaIndex Memory's first get of the same history (resumed from SQLite)")
 
 
@@ -155,7 +158,7 @@ def _dispose(memory: Any) -> None:
 # -- LangChain -----------------------------------------------------------------------------
 
 
-def langchain_rows(folder: Path, repeat: int) -> list[dict[str, Any]]:
+def langchain_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
     from langchain.agents.middleware import ModelRequest, ModelResponse
     from langchain_core.language_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, trim_messages
@@ -163,7 +166,7 @@ def langchain_rows(folder: Path, repeat: int) -> list[dict[str, Any]]:
     from bench_counting import langchain_tiktoken_counter
     from langchain_contextfold import CompactionMiddleware, from_core
 
-    checkpoint = from_core(thread())  # LangChain messages with ids, as a checkpoint holds them
+    checkpoint = from_core(thread(n))  # LangChain messages with ids, as a checkpoint holds them
     model = GenericFakeChatModel(messages=iter(["ok"] * 100))
     reply = ModelResponse(result=[AIMessage("ok")])
 
@@ -194,18 +197,19 @@ def langchain_rows(folder: Path, repeat: int) -> list[dict[str, Any]]:
             return _timed(first)
 
         ours = {kept: _fastest(lambda k=kept: resumed(k), repeat) for kept in (True, False)}
-        rows += _rows(f"CompactionMiddleware first call, {policy.name}", ours, peer,
+        rows += _rows(f"CompactionMiddleware first call, {policy.name}", n, ours, peer,
                       f"trim_messages, {ENCODING} counter, same budget")
     return rows
 
 
-def _rows(what: str, ours: dict[bool, float], peer: float, notes: str) -> list[dict[str, Any]]:
+def _rows(what: str, n: int, ours: dict[bool, float], peer: float, notes: str
+          ) -> list[dict[str, Any]]:
     saved = ours[False] / ours[True]
     return [
-        {"name": f"{what}, resumed {N // 1000}k thread, stored counts", "ours": ours[True],
+        {"name": f"{what}, resumed {n // 1000}k thread, stored counts", "ours": ours[True],
          "peer": peer, "unit": "ms",
          "notes": f"{notes}; {saved:.2f}x faster than without stored counts"},
-        {"name": f"{what}, resumed {N // 1000}k thread, no stored counts", "ours": ours[False],
+        {"name": f"{what}, resumed {n // 1000}k thread, no stored counts", "ours": ours[False],
          "peer": peer, "unit": "ms", "notes": notes},
     ]
 
@@ -216,7 +220,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
     warnings.simplefilter("ignore", DeprecationWarning)
     repeat = QUICK_REPEAT if quick else REPEAT
     with tempfile.TemporaryDirectory() as folder:
-        return [*llama_rows(Path(folder), repeat), *langchain_rows(Path(folder), repeat)]
+        n = QUICK_N if quick else N
+        return [*llama_rows(Path(folder), repeat, n), *langchain_rows(Path(folder), repeat, n)]
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any
 import contextfold as cf
 
 SIZES = (1_000, 3_000, 10_000, 30_000, 100_000)
-QUICK_SIZES = (1_000, 10_000)
+QUICK_SIZES = (1_000, 2_000)
 BUDGET = cf.Budget.for_model("gpt-4o")
 POLICIES: dict[str, Callable[[], cf.Policy]] = {
     "threshold": cf.ThresholdPolicy,
@@ -228,7 +228,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 "notes": (f"{values[large] / values[small]:.1f}x the {small // 1000}k figure; "
                           + ", ".join(f"{n // 1000}k {ms:,.1f}" for n, ms in values.items())),
             })
-    step_count = 500 if quick else 2_000
+    step_count = 50 if quick else 2_000
     totals = loop_totals(step_count)
     for policy, seconds in totals.items():
         rows.append({

@@ -1,4 +1,4 @@
-"""Loop-slice, turn-aware and summary compaction on real agent traces: sizes before/after.
+"""Loop-slice, turn-aware and summary compaction on agent traces: sizes before/after.
 
 Every trajectory is replayed one model call at a time through a ``Compactor`` (a call is
 the history up to each assistant message, as the agent loop saw it), with:
@@ -18,6 +18,8 @@ be made to fit, and the time per call. On tau-bench, the share of the gold actio
 argument values (``info.task.actions[*].kwargs``) still visible at the final call, against
 ``TruncationPolicy`` (oldest first) at the same budget.
 
+Without ``../shared/traces`` the shipped samples stand in for both (``_traces.py``).
+
 Run: ``python benchmarks/bench_traces_policies.py [--quick]``.
 """
 
@@ -35,9 +37,9 @@ from typing import Any
 import contextfold as cf
 from contextfold.policy import Policy
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-AIRLINE = TRACES / "tau-bench-airline" / "gpt-4o-airline.json"
-SWE = TRACES / "swe-gym-openhands" / "sample_raw.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _traces import TRACES
+
 TAU_BUDGET = cf.Budget(context_window=4_096, output_reserve=1_024)
 SWE_BUDGET = cf.Budget(context_window=16_000, output_reserve=2_000)
 
@@ -86,7 +88,7 @@ def _text(messages: Sequence[cf.Message]) -> str:
 
 def tau_cases(quick: bool) -> list[Case]:
     """The airline trajectories, with the gold-action probes present in each."""
-    records = json.loads(AIRLINE.read_text())
+    records = json.loads(TRACES.airline.read_text())
     if quick:
         records = records[::5]
     cases = []
@@ -106,7 +108,7 @@ def swe_cases(tag_continue: bool = False) -> list[Case]:
     "Please continue working on the task..." prompts as user messages; ``tag_continue``
     marks them ``source="nudge"`` (automation, not a user prompt), as an adapter would."""
     cases = []
-    for record in json.loads(SWE.read_text()):
+    for record in json.loads(TRACES.coding.read_text()):
         messages = cf.from_openai(record["messages"])
         if tag_continue:
             messages = [replace(m, source="nudge")
@@ -200,9 +202,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
     """Replay both data sets under every policy; one row per figure."""
     counter = cf.TiktokenCounter("cl100k_base")
     rows: list[dict[str, Any]] = []
-    for data, cases, budget in (("tau-bench", tau_cases(quick), TAU_BUDGET),
-                                ("SWE-Gym", swe_cases(), SWE_BUDGET),
-                                ("SWE-Gym (continue = nudge)", swe_cases(True), SWE_BUDGET)):
+    airline, coding = TRACES.airline_label, TRACES.coding_label
+    for data, cases, budget in ((airline, tau_cases(quick), TAU_BUDGET),
+                                (coding, swe_cases(), SWE_BUDGET),
+                                (f"{coding} (continue = nudge)", swe_cases(True), SWE_BUDGET)):
         results = {name: Totals() for name in POLICIES}
         for case in cases:
             for name, make in POLICIES.items():

@@ -27,7 +27,7 @@ from typing import Any
 import contextfold as cf
 
 SIZES = (1_000, 10_000, 50_000)
-QUICK_SIZES = (1_000, 10_000)
+QUICK_SIZES = (1_000, 2_000)
 MIN_RUNS = 3
 """The fewest runs a figure is the best of."""
 BUDGET = cf.Budget(context_window=32_000, output_reserve=4_000)

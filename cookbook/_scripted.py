@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -30,6 +31,32 @@ def next_page(results: Sequence[str]) -> int:
         if found:
             return int(found.group(1)) + 1
     return 0
+
+
+class RequestSizes(BaseCallbackHandler):
+    """Records the tokens of every request a chat model was started with (its messages,
+    counted like gpt-4o): what the model was really sent, after compaction.
+
+    A model wrapped by ``with_compaction`` starts twice per call: the wrapper with the
+    whole history, then the model inside it with the compacted one. Only the innermost
+    start of each call is a request the model received."""
+
+    def __init__(self) -> None:
+        self._starts: dict[Any, tuple[Any, int]] = {}  # run id -> (parent run id, tokens)
+
+    def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], *,
+                            run_id: Any, parent_run_id: Any = None, **kwargs: Any) -> None:
+        import contextfold as cf
+        from langchain_contextfold import to_core
+
+        tokens = cf.counter_for_model("gpt-4o").count_messages(to_core(messages[0]))
+        self._starts[run_id] = (parent_run_id, tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens of each request the model received, in order."""
+        parents = {parent for parent, _ in self._starts.values()}
+        return [tokens for run, (_, tokens) in self._starts.items() if run not in parents]
 
 
 class PageReaderModel(BaseChatModel):

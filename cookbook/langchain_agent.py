@@ -17,7 +17,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
 import contextfold as cf
-from _scripted import langchain_model, page_text
+from _scripted import RequestSizes, langchain_model, page_text
 from langchain_contextfold import COMPACTION_EVENT, CompactionMiddleware, to_core
 
 PAGES = 40
@@ -40,8 +40,9 @@ def main() -> None:
     )
     state: dict[str, Any] = {}
     compactions = 0
+    sizes = RequestSizes()  # what the model receives, measured
     for mode, chunk in agent.stream({"messages": [HumanMessage("Read the whole report.")]},
-                                    config={"recursion_limit": 200},
+                                    config={"recursion_limit": 200, "callbacks": [sizes]},
                                     stream_mode=["custom", "values"]):
         if mode == "custom" and COMPACTION_EVENT in chunk:
             report = chunk[COMPACTION_EVENT]
@@ -54,8 +55,10 @@ def main() -> None:
     history = state["messages"]
     tokens = cf.counter_for_model("gpt-4o").count_messages(to_core(history))
     print(f"\nfinal answer: {history[-1].content}")
-    print(f"the state kept all {len(history)} messages ({tokens:,} tokens); "
-          f"each call fit {budget.input_budget:,} tokens")
+    print(f"the state kept all {len(history)} messages ({tokens:,} tokens); the largest of "
+          f"the {len(sizes.tokens)} requests the model received held {max(sizes.tokens):,} "
+          f"(budget {budget.input_budget:,})")
+    assert compactions > 0 and tokens > budget.input_budget >= max(sizes.tokens)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
 import contextfold as cf
-from _scripted import langchain_model, page_text
+from _scripted import RequestSizes, langchain_model, page_text
 from langchain_contextfold import to_core, with_compaction
 
 
@@ -28,7 +28,8 @@ def read_page(page: int) -> str:
 budget = cf.Budget(context_window=10_000, output_reserve=1_000)
 model = with_compaction(langchain_model(), policy=cf.ThresholdPolicy(), budget=budget,
                         summarizer=cf.ExtractiveSummarizer()).bind_tools([read_page])
-config = {"configurable": {"thread_id": "report-reader"}}
+sizes = RequestSizes()  # what the model receives, measured
+config = {"configurable": {"thread_id": "report-reader"}, "callbacks": [sizes]}
 
 history = [SystemMessage("Read pages 0 to 39 with read_page, one per call, then report."),
            HumanMessage("Read the whole report.")]
@@ -41,6 +42,9 @@ while True:
         history.append(ToolMessage(read_page.invoke(call["args"]), tool_call_id=call["id"]))
 
 counter = cf.counter_for_model("gpt-4o")
+total = counter.count_messages(to_core(history))
 print(reply.content)
-print(f"history: {len(history)} messages, {counter.count_messages(to_core(history)):,} tokens; "
-      f"each call's input was compacted to fit {budget.input_budget:,} tokens")
+print(f"history: {len(history)} messages, {total:,} tokens; the largest of the "
+      f"{len(sizes.tokens)} requests the model received held {max(sizes.tokens):,} "
+      f"(budget {budget.input_budget:,})")
+assert total > budget.input_budget >= max(sizes.tokens)

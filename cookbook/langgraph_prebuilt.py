@@ -18,7 +18,7 @@ from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 
 import contextfold as cf
-from _scripted import langchain_model, page_text
+from _scripted import RequestSizes, langchain_model, page_text
 from langchain_contextfold import CompactionHook, to_core
 
 
@@ -38,10 +38,13 @@ with warnings.catch_warnings():  # LangGraph 1.x points new code to langchain.ag
                                pre_model_hook=hook.pre_model_hook,
                                post_model_hook=hook.post_model_hook)
 
+sizes = RequestSizes()  # what the model receives, measured
 state = agent.invoke({"messages": [HumanMessage("Read pages 0 to 39, then report.")]},
-                     config={"recursion_limit": 200})
+                     config={"recursion_limit": 200, "callbacks": [sizes]})
 messages = state["messages"]
+total = cf.counter_for_model("gpt-4o").count_messages(to_core(messages))
 print(messages[-1].content)
-print(f"the state holds {len(messages)} messages "
-      f"({cf.counter_for_model('gpt-4o').count_messages(to_core(messages)):,} tokens); "
-      f"the model saw at most {budget.input_budget:,} per call")
+print(f"the state holds {len(messages)} messages ({total:,} tokens); the largest of the "
+      f"{len(sizes.tokens)} requests the model received held {max(sizes.tokens):,} "
+      f"(budget {budget.input_budget:,})")
+assert total > budget.input_budget >= max(sizes.tokens)

@@ -28,14 +28,17 @@ def read_page(page: int) -> str:
 
 budget = cf.Budget(context_window=9_000, output_reserve=1_000)
 llm = CompactingLLM(llm=llama_index_llm(), policy=cf.ThresholdPolicy(), budget=budget)
-seen: list[int] = []
+seen: list[cf.CompactionApplied] = []
 
 
-@llm.compactor.add_listener
+# add_listener reaches every conversation the wrapper serves: the agent's run is one of
+# them, told apart by its opening messages (llm.compactor is only the one served last).
+@llm.add_listener
 def on_event(event: object) -> None:
     if isinstance(event, cf.CompactionApplied):
-        seen.append(event.report.tokens_after)
-        print(f"compaction: {event.report.tokens_before:,} -> {event.report.tokens_after:,} tokens")
+        seen.append(event)
+        print(f"compaction: {event.report.tokens_before:,} -> {event.report.tokens_after:,} "
+              f"tokens, {event.llm_calls} summary call(s)")
 
 
 agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_page)], llm=llm,
@@ -45,7 +48,11 @@ agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_page)], llm=llm,
 async def main() -> None:
     answer = await agent.run("Read the whole report.", max_iterations=100)
     print(answer)
-    print(f"{len(seen)} compactions under a budget of {budget.input_budget:,} input tokens")
+    peak = max(e.report.tokens_after for e in seen)
+    print(f"{len(seen)} compactions under a budget of {budget.input_budget:,} input tokens; "
+          f"the largest request after one was {peak:,} tokens")
+    assert seen, "30 pages of about 700 tokens cannot fit 8,000 tokens without compacting"
+    assert peak <= budget.input_budget
 
 
 asyncio.run(main())

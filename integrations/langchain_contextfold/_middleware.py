@@ -67,7 +67,12 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         policy: the compaction policy (``cf.ThresholdPolicy()``, ``cf.LoopSlicePolicy()``...).
         budget: the model's token budget.
         summarizer: makes summaries; default a :class:`ChatModelSummarizer` over the agent's
-            own model. Pass ``cf.ExtractiveSummarizer()`` for summaries without an LLM.
+            own model: each summary is one more request to it, billed like the agent's
+            own (the span being summarized in, the summary out; a span longer than its
+            window takes a request per part and one to merge them), counted in
+            ``report.llm_calls`` and the ``contextfold_compaction`` event's ``llm_calls``.
+            Pass ``cf.ExtractiveSummarizer()`` for summaries without an LLM, or a
+            ``ChatModelSummarizer`` over a cheaper model.
         store: a history store; every message of the conversation is kept there.
         counter: how to count; default ``counter_for_model(budget.model)``.
         max_conversations: conversations (thread ids) kept in memory.

@@ -362,7 +362,12 @@ def with_compaction(
         policy: the compaction policy (``cf.ThresholdPolicy()``...).
         budget: the token budget of the model.
         summarizer: makes summaries; default a :class:`ChatModelSummarizer` over the
-            wrapped model.
+            wrapped model: each summary is one more request to that model, billed like
+            the others (its input is the span being summarized, its output the summary; a
+            span longer than the model's window takes a request per part and one to merge
+            them). ``report.llm_calls`` and the ``contextfold_compaction`` event's
+            ``llm_calls`` count them. Pass ``cf.ExtractiveSummarizer()`` for summaries
+            without a model, or a ``ChatModelSummarizer`` over a cheaper model.
         store: a history store; every message the Compactor sees is kept there.
         counter: how to count; default ``counter_for_model(budget.model)``.
         max_conversations: conversations (thread ids) kept in memory.

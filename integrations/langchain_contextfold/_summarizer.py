@@ -31,7 +31,8 @@ class ChatModelSummarizer:
 
     Args:
         model: the chat model (``ChatOpenAI(model="gpt-4o-mini")``...). ``with_compaction``
-            uses the wrapped model when no summarizer is given.
+            and ``CompactionMiddleware`` use the conversation's own model when no
+            summarizer is given; each summary is then one more request to that model.
         system_prompt: the summary call's system prompt.
         config: extra ``RunnableConfig`` for the summary calls (callbacks, tags).
         max_input_tokens: the model's input window; summary requests over it are split and

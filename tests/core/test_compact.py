@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import pytest
 
 import contextfold as cf
-from contextfold._counting import encodings as _encodings
 from contextfold.errors import CompactionError
 from contextfold.policy import (
     CompactionContext,
@@ -230,12 +229,6 @@ async def test_acompact_checks_its_input_too() -> None:
         await cf.acompact([1, 2], policy=cf.TruncationPolicy(), budget=cf.Budget(100))  # type: ignore[list-item]
 
 
-def llama_o200k() -> bool:
-    directory = _encodings._llama_index_cache_dir()
-    return directory is not None and (directory / _encodings._cache_key("o200k_base")).is_file()
-
-
-@pytest.mark.skipif(not llama_o200k(), reason="no local o200k_base (llama-index-core cache)")
 def test_default_counter_follows_the_budgets_model() -> None:
     h = history()
     budget = cf.Budget.for_model("gpt-4o")

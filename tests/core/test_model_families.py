@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 
@@ -21,6 +20,7 @@ from contextfold._counting.counters import (
 )
 from contextfold._counting.encodings import load_encoding
 from contextfold.testing import generate_history
+from trace_sets import REAL, TRACE_SETS, TraceSet
 
 TRUE_FACTOR = 1.45
 """What the simulated provider counts, against cl100k: inside the published 20-50% range but
@@ -117,7 +117,7 @@ def test_without_the_package_a_family_falls_back_to_its_approximation(
         assert isinstance(counter, ApproximateCounter) and counter.family == family
 
 
-def _trace_texts(traces_dir: str) -> list[str]:
+def _trace_texts(traces: TraceSet) -> list[str]:
     texts: list[str] = []
 
     def walk(node: object) -> None:
@@ -130,23 +130,28 @@ def _trace_texts(traces_dir: str) -> list[str]:
             for value in node:
                 walk(value)
 
-    for path in ("tau-bench-airline/gpt-4o-airline.json", "swe-gym-openhands/sample_raw.json"):
-        with open(os.path.join(traces_dir, path), encoding="utf-8") as f:
+    for path in (traces.airline, traces.coding):
+        with open(path, encoding="utf-8") as f:
             walk(json.load(f))
     return texts
 
 
-def test_the_stated_factors_match_the_packaged_tokenizers_on_the_traces(traces_dir: str) -> None:
-    """The approximations used without the packages say what these tokenizers measure."""
-    texts = _trace_texts(traces_dir)
-    base = cf.TiktokenCounter("cl100k_base")
-    cl100k = sum(base.count_text(t) for t in texts)
-    for model, family in [("llama-3.1-8b", "llama"), ("mistral-large-2411", "mistral")]:
-        own = cf.counter_for_model(model)
-        ratio = sum(own.count_text(t) for t in texts) / cl100k
-        factor = APPROXIMATIONS[family][1]
-        assert ratio <= factor + 0.005, (family, ratio)  # never undercounts by more than 0.5%
-        assert factor - ratio < 0.05, (family, ratio)  # and is close to what it approximates
+# The factors are measurements of real agent text, so they are checked on the real traces
+# only (collected when ../shared/traces is there). The shipped samples are generated, with
+# more digits than real runs: Tekken, which splits digits, measures 1.17 on them.
+if REAL in TRACE_SETS:
+
+    def test_the_stated_factors_match_the_packaged_tokenizers_on_the_traces() -> None:
+        """The approximations used without the packages say what these tokenizers measure."""
+        texts = _trace_texts(REAL)
+        base = cf.TiktokenCounter("cl100k_base")
+        cl100k = sum(base.count_text(t) for t in texts)
+        for model, family in [("llama-3.1-8b", "llama"), ("mistral-large-2411", "mistral")]:
+            own = cf.counter_for_model(model)
+            ratio = sum(own.count_text(t) for t in texts) / cl100k
+            factor = APPROXIMATIONS[family][1]
+            assert ratio <= factor + 0.005, (family, ratio)  # never undercounts by over 0.5%
+            assert factor - ratio < 0.05, (family, ratio)  # and is close to what it approximates
 
 
 @pytest.mark.parametrize("model", ["gemini-2.5-pro", "qwen3-32b", "deepseek-chat", "grok-4.3"])

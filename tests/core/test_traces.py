@@ -1,6 +1,8 @@
-"""Real agent traces convert, validate, round-trip through both formats, and repair.
+"""Agent traces convert, validate, round-trip through both formats, and repair: the shipped
+samples, and the real traces when ``../shared/traces`` is there.
 
-Two genuine defects live in the real data and are asserted exactly:
+Two genuine defects live in the real data (and the samples have them too) and are asserted
+exactly:
 
 * tau-bench (GPT-4o airline agent) reuses tool call ids across turns (the same id for two
   different calls, each answered right after it): ``duplicate_call_id``, which Anthropic
@@ -12,12 +14,13 @@ Two genuine defects live in the real data and are asserted exactly:
 from __future__ import annotations
 
 import json
-import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import contextfold as cf
+from trace_sets import TraceSet
 
 
 def _canonical(raw: dict[str, Any]) -> dict[str, Any]:
@@ -29,19 +32,23 @@ def _canonical(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load(traces_dir: str, path: str, key: str) -> list[list[dict[str, Any]]]:
-    with open(os.path.join(traces_dir, path), encoding="utf-8") as f:
+def _load(path: Path, key: str) -> list[list[dict[str, Any]]]:
+    with open(path, encoding="utf-8") as f:
         return [record[key] for record in json.load(f)]
 
 
-@pytest.fixture(scope="module")
-def tau(traces_dir: str) -> list[list[dict[str, Any]]]:
-    return _load(traces_dir, "tau-bench-airline/gpt-4o-airline.json", "traj")
+@pytest.fixture
+def tau(traces: TraceSet) -> list[list[dict[str, Any]]]:
+    raw = _load(traces.airline, "traj")
+    assert len(raw) == traces.airline_records
+    return raw
 
 
-@pytest.fixture(scope="module")
-def openhands(traces_dir: str) -> list[list[dict[str, Any]]]:
-    return _load(traces_dir, "swe-gym-openhands/sample_raw.json", "messages")
+@pytest.fixture
+def openhands(traces: TraceSet) -> list[list[dict[str, Any]]]:
+    raw = _load(traces.coding, "messages")
+    assert len(raw) == traces.coding_records
+    return raw
 
 
 def _round_trips(raw: list[dict[str, Any]]) -> list[cf.Message]:
@@ -61,7 +68,6 @@ def _anthropic_round_trip(messages: list[cf.Message]) -> None:
 
 
 def test_tau_bench_trajectories(tau: list[list[dict[str, Any]]]) -> None:
-    assert len(tau) == 200
     with_reuse = 0
     for raw in tau:
         messages = _round_trips(raw)
@@ -82,7 +88,6 @@ def test_tau_bench_trajectories(tau: list[list[dict[str, Any]]]) -> None:
 
 
 def test_openhands_trajectories(openhands: list[list[dict[str, Any]]]) -> None:
-    assert len(openhands) == 5
     for raw in openhands:
         messages = _round_trips(raw)
         problems = cf.validate(messages)
@@ -99,7 +104,7 @@ def test_openhands_trajectories(openhands: list[list[dict[str, Any]]]) -> None:
 
 
 def test_openhands_tool_outputs_are_large(openhands: list[list[dict[str, Any]]]) -> None:
-    """The traces are the real thing: tool outputs reach tens of thousands of characters."""
+    """Tool outputs reach tens of thousands of characters, as in real coding runs."""
     longest = max(len(m.text) for raw in openhands for m in cf.from_openai(raw)
                   if m.role == "tool")
     assert longest > 10_000

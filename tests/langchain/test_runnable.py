@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 import contextfold as cf
 from contextfold.errors import ConfigurationError
+from contextfold.integration import SUMMARY_SYSTEM_PROMPT
 from contextfold.policy import SummaryRequest
 from contextfold.testing import ScriptedSummarizer
 from langchain_contextfold import (
@@ -370,3 +371,30 @@ def test_an_event_payload_is_made_only_for_someone_who_receives_it() -> None:
     assert made == [1, 1]
     asyncio.run(RunnableLambda(inside).ainvoke(1, config={"callbacks": [events]}))
     assert made == [1, 1, 1] and events.events[-1] == (COMPACTION_EVENT, {"n": 3})
+
+
+class PaidModel(ToolCallingFakeModel):
+    """The agent's model, which also answers summary requests (and counts them): what
+    with_compaction summarizes with when no summarizer is given."""
+
+    summaries: int = 0
+
+    def _decide(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        if messages and messages[0].content == SUMMARY_SYSTEM_PROMPT:
+            self.summaries += 1
+            return AIMessage("TASK: fetch every page.\nDONE: pages fetched so far.")
+        return super()._decide(messages, tools)
+
+
+def test_summaries_are_written_by_the_wrapped_model_and_every_call_is_counted() -> None:
+    fake = PaidModel(rounds=12)
+    events = Events()
+    # Without preparing ahead: a preparation the run never uses is a call no report counts.
+    budget = cf.Budget(context_window=16_000, output_reserve=2_000, prepare=None)
+    model = with_compaction(fake, policy=cf.ThresholdPolicy(), budget=budget,
+                            counter=COUNTER).bind_tools([fetch_page])  # no summarizer given
+    run_loop(model, 12, config={"callbacks": [events]})
+    reports = [d for name, d in events.events if name == COMPACTION_EVENT]
+    assert fake.summaries >= 1  # the paid model wrote the summaries
+    assert sum(r["llm_calls"] for r in reports) == fake.summaries
+    assert fake.calls == 13  # and the agent's own calls are apart from them

@@ -14,6 +14,7 @@ from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.tools import FunctionTool
 
 import contextfold as cf
+from contextfold.testing import ScriptedSummarizer
 from llama_index.memory.contextfold import (
     CompactingLLM,
     CompactionAppliedEvent,
@@ -255,3 +256,27 @@ async def test_each_compaction_emits_an_event_inside_a_span() -> None:
         assert event.span_id and event.span_id.startswith("CompactingLLM.")  # the call's
         assert event.report["tokens_after"] < event.report["tokens_before"]
         assert event.tokens_saved == event.report["tokens_saved"] > 0
+        assert event.llm_calls == event.report["llm_calls"] == 0  # extractive: no model
+
+
+async def test_summary_calls_are_counted_in_the_events_and_listeners() -> None:
+    root = get_dispatcher()
+    collector = EventCollector(events=[])
+    root.add_event_handler(collector)
+    summarizer = ScriptedSummarizer(default="TASK: summarize the report.\nDONE: pages read.")
+    heard: list[cf.CompactionApplied] = []
+    try:
+        # Without preparing ahead: a preparation never used is a call no report counts.
+        budget = cf.Budget(context_window=6000, output_reserve=500, prepare=None)
+        llm = CompactingLLM(llm=ScriptedAgentLLM(rounds=20), budget=budget, counter=COUNTER,
+                            summarizer=summarizer)
+        llm.add_listener(lambda e: heard.append(e) if isinstance(e, cf.CompactionApplied)
+                         else None)
+        agent = FunctionAgent(tools=[TOOL], llm=llm, system_prompt=SYSTEM)
+        await agent.run("Summarize the report.", max_iterations=100)
+    finally:
+        root.event_handlers.remove(collector)
+    applied = [e for e in collector.events if isinstance(e, CompactionAppliedEvent)]
+    assert summarizer.calls >= 1 and applied and len(heard) == len(applied)
+    assert sum(e.llm_calls for e in applied) == summarizer.calls
+    assert sum(e.llm_calls for e in heard) == summarizer.calls

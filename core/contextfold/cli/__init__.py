@@ -9,19 +9,25 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .._contract.policy import Policy
 from .._counting.budget import Budget
 from .._counting.counters import TokenCounter, counter_for_model
 from .._optional import require
 from ..errors import ConfigurationError, ContextfoldError
+from .progress import Progress
+
+if TYPE_CHECKING:
+    from .eval import Contender, Seen
+    from .transcripts import Transcript
 
 __all__ = ["POLICIES", "main", "policy_from_name"]
 
@@ -53,12 +59,18 @@ def policy_from_name(name: str) -> Policy:
     return table[name]()
 
 
+def _usage_error(command: str, message: str) -> int:
+    """A bad value found after parsing (it needed the file read): one line, status 2."""
+    sys.stderr.write(f"contextfold {command}: error: {message}\n")
+    return 2
+
+
 def _counter(args: argparse.Namespace) -> TokenCounter:
     return counter_for_model(args.model or "gpt-4o")
 
 
 def _budget(args: argparse.Namespace) -> Budget:
-    if args.budget:
+    if args.budget is not None:
         return Budget(context_window=args.budget, model=args.model)
     try:
         return Budget.for_model(args.model or "gpt-4o")
@@ -77,16 +89,18 @@ def _print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], out: Tex
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     from .._messages.openai import to_openai
     from .._messages.validation import validate
-    from .replay import replay
+    from .replay import replay, step_boundaries
     from .report import write_html
     from .transcripts import load_transcripts
 
     transcripts = load_transcripts(args.transcript)
-    if not 0 <= args.record < len(transcripts):
-        out.write(f"--record {args.record}: {args.transcript} holds records 0 to "
-                  f"{len(transcripts) - 1}\n")
-        return 2
+    if args.record >= len(transcripts):
+        return _usage_error("inspect", f"--record {args.record}: {args.transcript} holds "
+                            f"records 0 to {len(transcripts) - 1}")
     transcript = transcripts[args.record]
+    steps = len(step_boundaries(transcript.messages))
+    if args.step is not None and args.step > steps:
+        return _usage_error("inspect", f"--step {args.step}: the replay has steps 1 to {steps}")
     counter, budget = _counter(args), _budget(args)
     problems = validate(transcript.messages)
     out.write(f"{transcript.name}: {len(transcript.messages)} messages, "
@@ -112,9 +126,6 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"\n{run.compactions} compaction(s); at the last step the model sees "
               f"{last.sent_tokens:,} of {last.history_tokens:,} tokens ({effect})\n")
     if args.step is not None:
-        if args.step not in run.sent_at:
-            out.write(f"\n--step {args.step}: the replay has steps 1 to {len(run.steps)}\n")
-            return 2
         out.write(f"\nwhat the model sees at step {args.step}:\n")
         text = json.dumps(to_openai(run.sent_at[args.step]), indent=2, ensure_ascii=False)
         if len(text) > args.max_chars:
@@ -134,19 +145,24 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     transcripts = [t for path in args.transcripts for t in load_transcripts(path)]
     transcripts += generated_chats(args.chats, sessions=args.chat_sessions)
     if not transcripts:
-        out.write("nothing to evaluate: give transcript files, --chats N, or both\n")
-        return 2
+        return _usage_error("eval", "nothing to evaluate: give transcript files (or "
+                            "sample:airline), --chats N, or both")
     if args.limit:
         transcripts = transcripts[: args.limit]
     counter = _counter(args)
     table = _policies()
-    contenders = [our_contender(name, table[name]) for name in args.policies.split(",")]
+    contenders = [our_contender(name, table[name]) for name in args.policies]
     left_out: list[str] = []
     if not args.no_peers:
         peers, left_out = peer_contenders()
         contenders += peers
-    fractions = [float(f) for f in args.fractions.split(",")]
-    rows = evaluate(transcripts, contenders, fractions=fractions, counter=counter)
+    fractions = args.fractions
+    progress = Progress(len(fractions) * len(contenders) * len(transcripts), "eval")
+    try:
+        rows = evaluate(transcripts, [_reporting(c, progress) for c in contenders],
+                        fractions=fractions, counter=counter)
+    finally:
+        progress.close()
     out.write(f"{len(transcripts)} transcript(s); counter {counter.name}\n")
     for line in left_out:
         out.write(f"peer left out: {line}\n")
@@ -168,16 +184,32 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         summary = [r.__dict__ | {"score": r.score, "fill": r.fill, "recall": r.recall_score,
                                  "recoverable_share": r.recoverable_score,
                                  "cached_prefix": r.cached_score} for r in rows]
-        Path(args.json).write_text(json.dumps(summary, indent=2, default=str))
+        args.json.write_text(json.dumps(summary, indent=2, default=str))
     return 0
+
+
+def _reporting(contender: Contender, progress: Progress) -> Contender:
+    """``contender`` advancing ``progress`` each time it has run on a transcript."""
+
+    def contexts(transcript: Transcript, allowance: int, counter: TokenCounter,
+                 cuts: Sequence[int]) -> Seen:
+        seen = contender.contexts_at(transcript, allowance, counter, cuts)
+        progress.advance(f"{contender.name}: {transcript.name}")
+        return seen
+
+    return dataclasses.replace(contender, contexts=contexts)
 
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
     runner = Path.cwd() / "benchmarks" / "run.py"
     if not runner.is_file():
-        out.write("contextfold bench runs from a source checkout: benchmarks/run.py not found "
-                  "in the current directory\n")
-        return 2
+        return _usage_error("bench", "it runs from a source checkout: benchmarks/run.py not "
+                            "found in the current directory")
+    modules = [p.stem.removeprefix("bench_") for p in runner.parent.glob("bench_*.py")]
+    unknown = [n for n in args.names if not any(n in m for m in modules)]
+    if unknown:
+        return _usage_error("bench", f"no benchmark matches {', '.join(map(repr, unknown))}; "
+                            f"the benchmarks are: {', '.join(sorted(modules))}")
     cmd = [sys.executable, str(runner), *args.names] + (["--quick"] if args.quick else [])
     return subprocess.call(cmd)
 
@@ -187,49 +219,84 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             package="langchain-core")
     from .demo import run_demo
 
-    return run_demo(data_dir=Path(args.data_dir), emails=args.emails, real=args.real,
+    if args.model is not None and not args.real:
+        return _usage_error("demo", "--model chooses the model of --real; the offline demo's "
+                            "model is scripted")
+    return run_demo(data_dir=args.data_dir, emails=args.emails, real=args.real,
                     model=args.model, out=out)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="contextfold", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .options import (
+        Parser,
+        comma_list,
+        data_directory,
+        fraction_list,
+        int_in,
+        output_file,
+        transcript_source,
+    )
+
+    p = Parser(prog="contextfold", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="offline agent run with a per-step table and an HTML report")
-    d.add_argument("--data-dir", default=os.environ.get("CONTEXTFOLD_DATA_DIR", "contextfold-data"),
-                   help="where the history database and the report go (default: %(default)s)")
-    d.add_argument("--emails", type=int, default=43,
-                   help="how many e-mails the scripted agent reads (default: %(default)s)")
+    d.add_argument("--data-dir", type=data_directory,
+                   default=os.environ.get("CONTEXTFOLD_DATA_DIR", "contextfold-data"),
+                   help="where the history database and the report go, made when missing "
+                   "(default: %(default)s)")
+    d.add_argument("--emails", type=int_in(1, 500), default=43,
+                   help="how many e-mails the scripted agent reads, 1 to 500 "
+                   "(default: %(default)s)")
     d.add_argument("--real", action="store_true",
                    help="use a real OpenAI model (needs OPENAI_API_KEY and langchain-openai)")
     d.add_argument("--model", default=None, help="the model of --real (default: gpt-4o-mini)")
+    sources = ("a transcript file (OpenAI or Anthropic format, JSON or JSONL) or sample:NAME, "
+               f"a shipped sample ({', '.join('sample:' + n for n in _sample_names())})")
     i = sub.add_parser("inspect", help="replay a transcript step by step under a policy")
-    i.add_argument("transcript")
+    i.add_argument("transcript", type=transcript_source, help=sources)
     i.add_argument("--policy", default="threshold", choices=POLICIES)
-    i.add_argument("--budget", type=int, help="context window in tokens (default: the model's)")
+    i.add_argument("--budget", type=int_in(1), metavar="TOKENS",
+                   help="context window in tokens (default: the model's)")
     i.add_argument("--model", default=None, help="model name for the budget and the counter")
-    i.add_argument("--step", type=int, help="print what the model sees at this step")
-    i.add_argument("--record", type=int, default=0, help="record of a data-set file")
-    i.add_argument("--html", help="write the HTML report here")
-    i.add_argument("--max-chars", type=int, default=20_000)
-    e = sub.add_parser("eval", help="fidelity of each policy beside the peers")
-    e.add_argument("transcripts", nargs="*", help="transcript files (OpenAI or Anthropic "
-                   "format, JSON or JSONL)")
-    e.add_argument("--chats", type=int, default=0, metavar="N",
+    i.add_argument("--step", type=int_in(1), help="print what the model sees at this step")
+    i.add_argument("--record", type=int_in(0), default=0,
+                   help="record of a data-set file, from 0 (default: %(default)s)")
+    i.add_argument("--html", type=output_file, help="write the HTML report here")
+    i.add_argument("--max-chars", type=int_in(1), default=20_000,
+                   help="characters of --step's request shown (default: %(default)s)")
+    e = sub.add_parser("eval", help="fidelity of each policy beside the peers",
+                       description="Scores each policy beside the peers. On a terminal a "
+                       "progress bar is drawn on standard error; piped, only the table is "
+                       "printed.")
+    e.add_argument("transcripts", nargs="*", type=transcript_source, help=sources)
+    e.add_argument("--chats", type=int_in(0), default=0, metavar="N",
                    help="also N generated long chats with planted facts asked late "
                    "(the 'facts recalled' column)")
-    e.add_argument("--chat-sessions", type=int, default=12, metavar="S",
-                   help="sessions per generated chat (default: %(default)s)")
-    e.add_argument("--policies", default="threshold,tiered,truncation,turn-aware")
-    e.add_argument("--fractions", default="0.5", help="allowances as shares of each transcript")
-    e.add_argument("--model", default=None)
-    e.add_argument("--limit", type=int, help="at most this many transcripts")
-    e.add_argument("--no-peers", action="store_true")
-    e.add_argument("--json", help="write the rows as JSON here")
+    e.add_argument("--chat-sessions", type=int_in(3, 200), default=12, metavar="S",
+                   help="sessions per generated chat, 3 to 200 (default: %(default)s)")
+    e.add_argument("--policies", type=comma_list(POLICIES),
+                   default="threshold,tiered,truncation,turn-aware",
+                   help=f"comma-separated, from: {', '.join(POLICIES)} (default: %(default)s)")
+    e.add_argument("--fractions", type=fraction_list, default="0.5",
+                   help="allowances as shares of each transcript, above 0 and at most 1, "
+                   "comma-separated (default: %(default)s)")
+    e.add_argument("--model", default=None, help="model name for the counter")
+    e.add_argument("--limit", type=int_in(1), help="at most this many transcripts")
+    e.add_argument("--no-peers", action="store_true", help="our policies only")
+    e.add_argument("--json", type=output_file, help="write the rows as JSON here (its folder "
+                   "must exist)")
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("names", nargs="*", help="run only the modules whose name contains one")
-    b.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    b.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats "
+                   "(under a minute)")
     return p
+
+
+def _sample_names() -> list[str]:
+    from ..samples import SAMPLES
+
+    return list(SAMPLES)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -241,8 +308,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return handlers[args.command](args, stream)
     except ContextfoldError as exc:
-        sys.stderr.write(f"contextfold: error: {exc}\n")
-        return 2
+        return _usage_error(args.command, str(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,7 +96,9 @@ def _run_loop(data_dir: Path, emails: int, real: bool, model_name: str | None,
     model = model.bind_tools(list(Mailbox.TOOLS))
     history: list[Any] = [SystemMessage("You are an e-mail assistant. Batch 10-15 tool calls "
                                         "per response."), HumanMessage(TASK)]
-    run = Replay(title=f"demo: {emails}-e-mail briefing", budget=DEMO_BUDGET, policy="threshold")
+    run = Replay(title=f"demo: {emails}-e-mail briefing", budget=DEMO_BUDGET, policy="threshold",
+                 conversation_id="briefing",
+                 originals=f"the SQLite store {data_dir / 'history.db'}")
     reply = None
     for step in range(1, 4 * emails):
         events = _EventCollector()
@@ -115,6 +117,8 @@ def _run_loop(data_dir: Path, emails: int, real: bool, model_name: str | None,
             method=last["method"] if last else "none",
             targets=_targets(last) if last else (), duration=last["duration"] if last else 0.0,
             inserted=inserted_texts(sent) if compacted else (),
+            tokens_before=last["tokens_before"] if last else history_tokens,
+            forced=bool(last and last["forced"]),
         )
         run.steps.append(record)
         note = f", compacted ({record.method})" if record.compacted else ""

@@ -56,6 +56,11 @@ class StepRecord:
     """Seconds the compaction took."""
     inserted: tuple[str, ...] = ()
     """Text of the summaries, ledger and notices in view after the compaction."""
+    tokens_before: int = 0
+    """Input tokens the compactor counted before it compacted (messages and tool
+    definitions): what it compared with the trigger."""
+    forced: bool = False
+    """True when the compaction ran whatever the trigger said (a provider's overflow)."""
 
 
 @dataclass
@@ -74,6 +79,11 @@ class Replay:
     """What the model saw at the last step."""
     sent_at: dict[int, list[Message]] = field(default_factory=dict)
     """What the model saw at the steps named in ``replay(capture=...)``."""
+    conversation_id: str | None = None
+    """The conversation id under which the originals behind the handles are kept, when a
+    store keeps them (``read_original`` needs it)."""
+    originals: str = ""
+    """Where the originals behind the handles are, in words ("the SQLite store ...")."""
 
     @property
     def compactions(self) -> int:
@@ -85,6 +95,8 @@ class Replay:
         return {
             "title": self.title,
             "policy": self.policy,
+            "conversation_id": self.conversation_id,
+            "originals": self.originals,
             "budget": {
                 "input_budget": self.budget.input_budget,
                 "trigger_tokens": self.budget.trigger_tokens,
@@ -100,6 +112,8 @@ class Replay:
                     "compacted": s.compacted,
                     "llm_calls": s.llm_calls,
                     "method": s.method,
+                    "tokens_before": s.tokens_before,
+                    "forced": s.forced,
                     "duration_ms": round(s.duration * 1000, 3),
                     "inserted": list(s.inserted),
                     "targets": [
@@ -122,8 +136,14 @@ class Replay:
 
 def step_boundaries(messages: Sequence[Message]) -> list[int]:
     """Lengths of the prefixes a model was called with: the index of every assistant message
-    (the model wrote it from what came before), plus the whole history at the end."""
-    cuts = [i for i, m in enumerate(messages) if m.role == "assistant" and i > 0]
+    (the model wrote it from what came before), plus the whole history at the end.
+
+    An assistant message before the first user message (a greeting: the assistant spoke
+    first) is not a step: a request without a user message is not one a provider accepts,
+    so there is nothing to compact for it.
+    """
+    first_user = next((i for i, m in enumerate(messages) if m.role == "user"), len(messages))
+    cuts = [i for i, m in enumerate(messages) if m.role == "assistant" and i > first_user]
     if not cuts or cuts[-1] != len(messages):
         cuts.append(len(messages))
     return cuts
@@ -155,7 +175,10 @@ def replay(
     counter = counter or counter_for_model(budget.model)
     compactor = Compactor(policy=policy, budget=budget, counter=counter, summarizer=summarizer,
                           store=store, conversation_id=title if store is not None else None)
-    run = Replay(title=title, budget=budget, policy=getattr(policy, "name", type(policy).__name__))
+    run = Replay(title=title, budget=budget, policy=getattr(policy, "name", type(policy).__name__),
+                 conversation_id=title if store is not None else None,
+                 originals=f"the store ({type(store).__name__})" if store is not None else
+                 "the replay's in-memory cache only (gone when it ended)")
     sent: list[Message] = []
     for number, cut in enumerate(step_boundaries(messages), start=1):
         history = list(messages[:cut])
@@ -174,6 +197,8 @@ def replay(
             targets=report.targets,
             duration=report.duration,
             inserted=inserted_texts(sent) if report.method != "none" else (),
+            tokens_before=report.tokens_before,
+            forced=report.forced,
         )
         run.steps.append(record)
         if number in capture:

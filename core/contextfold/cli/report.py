@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .._contract.policy import Target
+from .._counting.budget import Budget
 from .replay import Replay, StepRecord
 
-__all__ = ["render_html", "step_story", "text_table", "write_html"]
+__all__ = ["cut_at_word", "render_html", "script_json", "step_reason", "step_story",
+           "text_table", "write_html"]
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2330}
@@ -33,6 +35,8 @@ th:nth-child(2),td:nth-child(2),th:last-child{text-align:left}
 tr.total td{font-weight:600;border-top:1px solid #98a2b3} td.handles{text-align:left}
 details.inserted pre{white-space:pre-wrap;background:#f9fafb;border:1px solid #eaecf0;
   border-radius:4px;padding:.5rem;max-height:24rem;overflow:auto;font-size:12px}
+details.unchanged summary{color:#667085} details.handles code{margin-right:.3rem}
+p.why{margin:.2rem 0} p.read-back{background:#f9fafb;padding:.5rem;border-radius:4px}
 """
 
 # Draws the chart from the embedded data. Kept small and dependency-free on purpose.
@@ -115,13 +119,34 @@ def text_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 
 _TEXT_SHOWN = 4_000  # characters of each inserted summary shown before a marker
-_HANDLES_SHOWN = 6  # handles listed per row before "and N more"
+_HANDLES_INLINE = 6  # more handles than this are listed in a collapsed list
+_HEADING_CHARS = 90  # characters of a summary's first line used as its heading
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` whole when it fits in ``limit`` characters, else cut at the last space
+    before ``limit`` (at ``limit`` when a single word is longer) with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    if space > 0 and not text[limit].isspace():
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def _readable(text: str) -> str:
+    """Text for a person: the newlines and tabs that JSON escaped in a quoted tool result
+    (a literal backslash-n) shown as line breaks and tabs."""
+    return text.replace("\\r\\n", "\n").replace("\\n", "\n").replace("\\t", "\t")
 
 
 def _handles_cell(handles: Sequence[str]) -> str:
-    shown = " ".join(f"<code>{html.escape(h)}</code>" for h in handles[:_HANDLES_SHOWN])
-    rest = len(handles) - _HANDLES_SHOWN
-    return shown + (f" <span class='muted'>and {rest} more</span>" if rest > 0 else "")
+    codes = " ".join(f"<code>{html.escape(h)}</code>" for h in handles)
+    if len(handles) <= _HANDLES_INLINE:
+        return codes
+    return (f"<details class='handles'><summary>{len(handles):,} handles</summary>{codes}"
+            "</details>")
 
 
 def _grouped_targets(targets: Sequence[Target]) -> list[tuple[str, str, int, int, int, list[str]]]:
@@ -146,17 +171,65 @@ def step_story(step: StepRecord) -> str:
     return "; ".join(parts) or "no message changed"
 
 
-def _inserted_block(text: str) -> str:
-    cut = text[:_TEXT_SHOWN]
-    more = len(text) - len(cut)
-    marker = f"\n[… {more:,} more characters]" if more > 0 else ""
-    first = html.escape(text.splitlines()[0][:80]) if text else ""
-    return (f"<details class='inserted' open><summary>{first}</summary>"
-            f"<pre>{html.escape(cut + marker)}</pre></details>")
+def step_reason(step: StepRecord, budget: Budget) -> str:
+    """Why the compaction ran and what it aimed for, in words."""
+    before = step.tokens_before or step.history_tokens
+    trigger, target = budget.trigger_tokens, budget.target_tokens
+    share = f"{trigger / budget.input_budget:.0%} of the {budget.input_budget:,}-token input budget"
+    if step.forced:
+        why = (f"The provider refused the request as too long ({before:,} tokens), so it was "
+               "compacted whatever the trigger said")
+    elif before > trigger:
+        why = f"The input reached {before:,} tokens, over the trigger of {trigger:,} ({share})"
+    else:
+        why = (f"The input was {before:,} tokens, under the trigger of {trigger:,} ({share}): "
+               "a compaction was asked for, or one prepared ahead was used")
+    summaries = (f"; the summaries took {step.llm_calls} call(s) to the model"
+                 if step.llm_calls else "; no model call was made for summaries")
+    return (f"{why}. It was compacted toward the target of {target:,} tokens and sent "
+            f"{step.sent_tokens:,}{summaries}.")
+
+
+def _inserted_block(text: str, unchanged_since: int | None) -> str:
+    shown = _readable(text)
+    cut = shown
+    if len(shown) > _TEXT_SHOWN:
+        kept = cut_at_word(shown, _TEXT_SHOWN)
+        cut = f"{kept}\n[{len(shown) - len(kept) + 1:,} more characters]"
+    first = cut_at_word(shown.splitlines()[0], _HEADING_CHARS) if shown else ""
+    if unchanged_since is not None:
+        return (f"<details class='inserted unchanged'><summary>{html.escape(first)} "
+                f"<span class='muted'>(unchanged since step {unchanged_since}: sent again "
+                "as it was)</span></summary>"
+                f"<pre>{html.escape(cut)}</pre></details>")
+    return (f"<details class='inserted' open><summary>{html.escape(first)}</summary>"
+            f"<pre>{html.escape(cut)}</pre></details>")
+
+
+def _read_back(replay: Replay) -> str:
+    """How the handles in the tables are read back."""
+    where = f" The originals are in {html.escape(replay.originals)}." if replay.originals else ""
+    if replay.conversation_id is not None:
+        cid = html.escape(json.dumps(replay.conversation_id))
+        how = (f"give the agent the <code>read_original</code> tool for conversation "
+               f"<code>{cid}</code>: <code>read_original_tool_for(store, {cid})</code> "
+               "(<code>langchain_contextfold</code> or "
+               "<code>llama_index.memory.contextfold</code>), or call "
+               f"<code>contextfold.stores.read_original(store, {cid}, handle)</code>")
+    else:
+        how = ("in an agent run with a store, give the agent the <code>read_original</code> "
+               "tool for its conversation id: <code>read_original_tool_for(store, "
+               "conversation_id)</code> (<code>langchain_contextfold</code> or "
+               "<code>llama_index.memory.contextfold</code>)")
+    return (f"<p class='read-back'>Each handle (<code>ctx_</code> and 12 hex digits) names an "
+            f"original that a compaction cut, cleared, dropped or summarized. To read one "
+            f"back, {how}; the tool reads a window of the original or the lines matching a "
+            f"pattern.{where}</p>")
 
 
 def _compactions_section(replay: Replay) -> str:
     parts = []
+    previous: dict[str, int] = {}  # inserted text -> the step that first sent it
     for s in replay.steps:
         if not s.compacted:
             continue
@@ -178,17 +251,33 @@ def _compactions_section(replay: Replay) -> str:
             f"<th>tokens after</th><th>handles (read_original)</th></tr>{rows}{total}</table>"
             if s.targets else ""
         )
-        inserted = "".join(_inserted_block(t) for t in s.inserted)
+        inserted = "".join(_inserted_block(t, previous.get(t)) for t in s.inserted)
+        previous = {t: previous.get(t, s.step) for t in s.inserted}
         parts.append(
             f"<section class='compaction-step'><h3>Step {s.step}: {html.escape(s.method)} "
             f"<span class='muted'>({s.history_tokens:,} tokens of history → "
-            f"{s.sent_tokens:,} sent, {s.llm_calls} LLM call(s), "
+            f"{s.sent_tokens:,} sent, {s.llm_calls} summary call(s) to the model, "
             f"{s.duration * 1000:,.0f} ms)</span></h3>"
+            f"<p class='why'>{html.escape(step_reason(s, replay.budget))}</p>"
             f"<p class='story'>{html.escape(step_story(s))}</p>{table}"
             + (f"<h4>Inserted into the model's view</h4>{inserted}" if inserted else "")
             + "</section>"
         )
-    return "".join(parts) or "<p class='muted'>No compaction was needed.</p>"
+    if not parts:
+        return "<p class='muted'>No compaction was needed.</p>"
+    return _read_back(replay) + "".join(parts)
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that is safe inside a ``<script>`` element: no ``<``, ``>`` or
+    ``&`` (so no ``</script>``, ``<!--`` or ``<script>`` can end or change the element)
+    and no U+2028/U+2029 (line ends to older JavaScript parsers), each written as its
+    ``\\uXXXX`` escape, which JSON reads back as the same character."""
+    text = json.dumps(data)
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                         ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text
 
 
 def render_html(replay: Replay) -> str:
@@ -196,10 +285,11 @@ def render_html(replay: Replay) -> str:
     chart_data = replay.to_dict()
     for step in chart_data["steps"]:  # shown as text below; the chart does not need it twice
         del step["inserted"]
-    data = json.dumps(chart_data).replace("</", "<\\/")
+    data = script_json(chart_data)
     last = replay.steps[-1] if replay.steps else None
     summary = (
-        f"{len(replay.steps)} model calls, {replay.compactions} compaction(s); "
+        f"{len(replay.steps)} model calls, {replay.compactions} compaction(s), "
+        f"{sum(s.llm_calls for s in replay.steps)} summary call(s) to the model; "
         f"last call sent {last.sent_tokens:,} of {last.history_tokens:,} tokens"
         if last
         else "no model calls"

@@ -78,6 +78,8 @@ class CompactionAppliedEvent(BaseEvent):
     """Input tokens removed."""
     targets_count: int = 0
     """Messages changed."""
+    llm_calls: int = 0
+    """Calls the summarizer made for this pass: with ``LLMSummarizer``, model requests."""
     forced: bool = False
     """True on the overflow-retry path."""
     duration: float = 0.0
@@ -149,7 +151,7 @@ def forward_event(event: object) -> None:
         dispatcher.event(CompactionAppliedEvent(
             conversation_id=event.conversation_id, report=report_dict(event.report),
             tokens_saved=event.tokens_saved, targets_count=event.targets_count,
-            forced=event.forced, duration=event.duration,
+            llm_calls=event.llm_calls, forced=event.forced, duration=event.duration,
         ))
     elif isinstance(event, CompactionStarted):
         dispatcher.event(CompactionStartedEvent(

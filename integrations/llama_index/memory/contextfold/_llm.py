@@ -119,7 +119,10 @@ class CompactingLLM(FunctionCallingLLM):
         policy: the compaction policy; default ``ThresholdPolicy()``.
         budget: the token budget; default from ``llm.metadata`` (context window and
             ``num_output``).
-        summarizer: makes summaries (``LLMSummarizer(llm)``); default extractive.
+        summarizer: makes summaries; default ``cf.ExtractiveSummarizer``, which makes no
+            model call. ``LLMSummarizer(llm)`` summarizes with an LLM: each summary is then
+            one more request to it, counted in ``report.llm_calls`` and the events'
+            ``llm_calls``.
         counter: counts tokens; default ``counter_for_model`` of the budget's model.
         store: a history store for the Compactor (summary cache, sliding-window lookups).
         conversation_id: names the conversation in events.

@@ -104,7 +104,10 @@ class CompactingMemory(BaseMemory):
                 ``"sqlite"`` (a file under the data directory), ``"sqlite:///path"``, a
                 ``.db`` path, or a ``postgresql://`` URL.
             session_id: the conversation's key in the store; default a new random id.
-            summarizer: makes summaries (``LLMSummarizer(llm)``); default extractive.
+            summarizer: makes summaries; default ``cf.ExtractiveSummarizer``, which makes
+                no model call. ``LLMSummarizer(llm)`` summarizes with an LLM: each summary
+                is then one more request to it, counted in ``report.llm_calls`` and the
+                events' ``llm_calls``.
             counter: counts tokens; default ``counter_for_model(budget.model)``.
             system_prompt: the system prompt the agent prepends (its tokens are reserved).
             tools: the tools the agent sends with each call (their definitions' tokens are

@@ -24,9 +24,12 @@ class LLMSummarizer:
     """Summarizes with a LlamaIndex LLM (``chat`` sync, ``achat`` async).
 
     Args:
-        llm: any LlamaIndex LLM (``OpenAI(model="gpt-4o-mini")``, a local model...).
-            ``CompactingLLM`` uses the LLM it wraps when no summarizer is given; pass the
-            inner LLM here, not a ``CompactingLLM``, so summary calls are not compacted.
+        llm: any LlamaIndex LLM (``OpenAI(model="gpt-4o-mini")``, a local model...); each
+            summary is one request to it, billed like any other. ``CompactingLLM`` and
+            ``CompactingMemory`` summarize with the extractive summarizer (no model) when
+            no summarizer is given. To summarize with the LLM a ``CompactingLLM`` wraps,
+            pass that inner LLM here, not the ``CompactingLLM``, so summary calls are not
+            compacted.
         system_prompt: the summary call's system prompt.
         chat_kwargs: extra keyword arguments for every ``chat`` call.
         max_input_tokens: the LLM's input window; summary requests over it are split and
