@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import pytest
 
-import anthropic
 from anthropic_server import TOOL_USE_SYSTEM_PROMPT, sign
 from anthropic_server.wire import ENCODING
 from openai_server import Reply
