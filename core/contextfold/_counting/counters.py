@@ -47,6 +47,7 @@ __all__ = [
     "FAMILY_PREFIXES",
     "IMAGE_FLAT_TOKENS",
     "TOKENIZERS",
+    "TOOL_USE_PROMPTS",
     "ApproximateCounter",
     "EstimatingCounter",
     "TiktokenCounter",
@@ -423,13 +424,24 @@ class ApproximateCounter(TiktokenCounter):
     and the Compactor corrects the decision from the usage the provider reports."""
 
     def __init__(
-        self, family: str, encoding: str | tiktoken.Encoding, factor: float, source: str
+        self, family: str, encoding: str | tiktoken.Encoding, factor: float, source: str,
+        tool_prompt: int = 0,
     ) -> None:
         if not factor > 0:
             raise ConfigurationError(f"factor must be > 0, got {factor}")
+        if tool_prompt < 0:
+            raise ConfigurationError(f"tool_prompt must be >= 0, got {tool_prompt}")
         super().__init__(encoding)
         self.family, self.factor, self.source = family, factor, source
+        self.tool_prompt = tool_prompt
         self.name = f"approx:{family}={self.encoding.name}*{factor}"
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of tool definitions, plus the tool-use system prompt the provider adds
+        whenever a request has tools (``tool_prompt``, see :data:`TOOL_USE_PROMPTS`)."""
+        if not tools:
+            return 0
+        return super().count_tools(tools) + self.tool_prompt
 
     def _scaled(self, tokens: int) -> int:
         """``ceil(factor * tiktoken count)``."""
@@ -707,6 +719,16 @@ APPROXIMATIONS: dict[str, tuple[str, float, str]] = {
 }
 """Family -> (encoding, factor, source) for model families counted by approximation."""
 
+TOOL_USE_PROMPTS: dict[str, tuple[int, str]] = {
+    "claude": (
+        346,
+        "Anthropic adds a tool-use system prompt to every request with tools: 346 tokens with "
+        "tool_choice auto or none, 313 with any or tool, for its Claude 4 models and Sonnet "
+        "3.7 (Anthropic, 'Pricing', Tool use pricing); the larger figure is counted",
+    ),
+}
+"""Family -> (tokens, source) of the system prompt a provider adds when tools are present."""
+
 FAMILY_PREFIXES: dict[str, tuple[str, ...]] = {
     "claude": ("claude",),
     "gemini": ("gemini",),
@@ -751,7 +773,8 @@ def counter_for_model(model: str | None = None, *, chars_per_token: float = 1.5)
             base, factor, source = APPROXIMATIONS[family]
             approximated = load_encoding(base)
             if approximated is not None:
-                return ApproximateCounter(family, approximated, factor, source)
+                prompt = TOOL_USE_PROMPTS.get(family, (0, ""))[0]
+                return ApproximateCounter(family, approximated, factor, source, prompt)
         return EstimatingCounter(chars_per_token)
     loaded = load_encoding(encoding)
     if loaded is None:
