@@ -26,10 +26,11 @@ One call, in order:
    handles the policy gave, build the report with the usage breakdown, emit events.
 
 Calibration: ``observe_usage`` records the provider's input tokens; the next decision uses
-``max(estimate, reported + estimate of what was added since)``. ``compact(messages,
-force=True)`` compacts regardless of the trigger (the overflow-retry path); a forced pass
-that cannot shrink the context makes the next forced call raise :class:`NoProgressError`
-at once instead of looping.
+``max(estimate, reported + estimate of what was added since)``, that estimate scaled by
+how the provider's count of the last request compared with ours (:mod:`.calibration`).
+``compact(messages, force=True)`` compacts regardless of the trigger (the overflow-retry
+path); a forced pass that cannot shrink the context makes the next forced call raise
+:class:`NoProgressError` at once instead of looping.
 
 A policy whose output must be rebuilt on every call (a loop slice, a nudge) declares
 ``always_run = True``; the Compactor then runs it on the full input every time.
@@ -40,8 +41,9 @@ the trigger sends its output plus what was appended since (:mod:`.ahead`).
 
 Reports describe the input a call worked on: the previous output plus the new messages
 when the call was incremental (``details["incremental"]``), else the caller's input.
-``details`` also holds the calibrated figure (``known_tokens``), the usage breakdown
-(``usage``) and, for policy runs, the summary figures (``summary``).
+``details`` also holds the calibrated figure of the input (``known_tokens``) and of what
+goes out (``calibrated_tokens``, in the provider's tokens once a usage was reported), the
+usage breakdown (``usage``) and, for policy runs, the summary figures (``summary``).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError, NoProgressError
 from ..stores._protocols import HistoryStore
 from .ahead import Prepared, prepare_in_task, prepare_in_thread
+from .calibration import Calibration
 from .events import (
     CompactionApplied,
     CompactionEvent,
@@ -260,6 +263,8 @@ class Compactor:
         self._requested: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
         self._prepared: Prepared | None = None
+        self.calibration = Calibration()
+        """Provider tokens per counted token, from the last usage report."""
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -288,6 +293,11 @@ class Compactor:
         check("Compactor.observe_usage", "input_tokens", input_tokens, Annotated[int, Ge(0)])
         check("Compactor.observe_usage", "output_tokens", output_tokens,
               Annotated[int, Ge(0)] | None)
+        prefix = self._prefix
+        if prefix.out:  # the request the usage is of: the output last sent
+            sent = prefix.out_tokens if prefix.out_exact else self.counter.count_messages(
+                prefix.out)
+            self.calibration.observe(input_tokens, sent + prefix.fixed)
         self._known, self._since = input_tokens, 0
         self.last_output_tokens = output_tokens
         self._stalled = None
@@ -305,6 +315,7 @@ class Compactor:
     def reset(self) -> None:
         """Forget everything about the conversation: prefix, calibration, state, guard."""
         self._forget()
+        self.calibration = Calibration()
         self._state = ConversationState()
         self._stalled = None
         self._requested = None
@@ -438,7 +449,8 @@ class Compactor:
         else:
             new_tokens = sum(map(self.counter.count_message, new))
             estimate, exact = self._extended(new, new_tokens, fixed)
-            known = None if self._known is None else self._known + self._since + new_tokens
+            known = None if self._known is None else self._known + self.calibration.scaled(
+                self._since + new_tokens)
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
         needs = force or self._requested is not None or effective > self.budget.trigger_tokens
@@ -481,6 +493,7 @@ class Compactor:
         def details() -> dict[str, Any]:
             tokens = total()
             return {"known_tokens": plan.known, "incremental": True,
+                    "calibrated_tokens": self._calibrated(tokens, plan.known),
                     "usage": self._usage(out, tokens, plan.fixed),
                     "cached_prefix": {"messages": previous, "tokens": tokens - new_tokens,
                                       "previous_messages": previous}}
@@ -519,6 +532,7 @@ class Compactor:
             return {
                 "summary": summary,
                 "known_tokens": plan.known,
+                "calibrated_tokens": self._calibrated(total(), plan.known),
                 "incremental": False,
                 **learned,
                 "usage": self._usage(frozen, total(), fixed),
@@ -726,6 +740,8 @@ class Compactor:
         figures = {
             "summary": service.details(),
             "known_tokens": plan.known,
+            "calibrated_tokens": self._calibrated(tokens_after,
+                                                  plan.known if out is view else None),
             "incremental": plan.new_tokens is not None,
         }
         usage = self._usage(messages, tokens_after, plan.fixed)
@@ -842,7 +858,8 @@ class Compactor:
                 or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
                 or not prefix.out_valid):
             return
-        known = None if self._known is None else self._known + self._since
+        known = None if self._known is None else self._known + self.calibration.scaled(
+            self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
         if effective <= mark:
             return
@@ -980,6 +997,11 @@ class Compactor:
         self._known = None
         self._since = 0
         self.last_output_tokens = None
+
+    def _calibrated(self, tokens: int, known: int | None) -> int:
+        """The provider's likely count of a request of ``tokens`` (ours): the calibrated
+        ``known`` figure when the request is the input it was made for."""
+        return known if known is not None else self.calibration.scaled(tokens)
 
     def _usage(self, out: Sequence[Message], total: int, fixed: int) -> dict[str, int | bool]:
         """The usage breakdown of an output whose total is known."""
