@@ -51,7 +51,7 @@ _BLOCK_KEYS: dict[str, frozenset[str]] = {
     "thinking": frozenset({"type", "thinking", "signature"}),
     "redacted_thinking": frozenset({"type", "data"}),
     "compaction": frozenset({"type", "content", "encrypted_content", "signature",
-                             "cache_control"}),
+                             "tool_changes", "cache_control"}),
 }
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
