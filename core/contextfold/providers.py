@@ -20,6 +20,7 @@ from ._policies.provider_native import (
     ANTHROPIC_COMPACTION_BETA,
     ANTHROPIC_CONTEXT_EDITING_BETA,
     AnthropicCompaction,
+    AnthropicContextEditing,
     request_fields,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "ANTHROPIC_COMPACTION_BETA",
     "ANTHROPIC_CONTEXT_EDITING_BETA",
     "AnthropicCompaction",
+    "AnthropicContextEditing",
     "request_fields",
 ]

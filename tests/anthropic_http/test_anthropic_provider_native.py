@@ -175,3 +175,56 @@ def test_compaction_middleware_sends_the_fields_through_create_agent(
     assert all(ANTHROPIC_COMPACTION_BETA in r.headers.get("anthropic-beta", "")
                for r in server.messages)
     assert blocks and sent_back(server, blocks[-1])
+
+
+def test_context_editing_names_what_the_provider_clears_and_keeps_the_originals(
+    anthropic_server: Any,
+) -> None:
+    from contextfold.providers import ANTHROPIC_CONTEXT_EDITING_BETA, AnthropicContextEditing
+
+    agent = DocumentAgent(12, tokens=(1_500, 3_000))
+    server = anthropic_server(window=200_000, responder=agent)
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    policy = AnthropicContextEditing(trigger=8_000, keep=2)
+    compactor = cf.Compactor(policy=policy, budget=cf.Budget(context_window=200_000,
+                                                             model=MODEL),
+                             counter=cf.EndpointCounter.anthropic(client, MODEL),
+                             tools=[DocumentAgent.TOOL], conversation_id="c2")
+    history = [cf.Message(role="system", content=SYSTEM),
+               cf.Message(role="user", content=agent.task())]
+    named: list[int] = []
+    handles: set[str] = set()
+    for _ in range(30):
+        result = compactor.compact(history)
+        provider = result.report.details.get("provider") or {}
+        named.append(provider.get("cleared_tool_uses", 0))
+        handles |= {t.handle for t in result.report.targets if t.handle}
+        system, messages = cf.to_anthropic(result.messages)
+        reply = client.beta.messages.create(model=MODEL, max_tokens=1_024, system=system or "",
+                                            messages=messages, tools=[ANTHROPIC_TOOL],
+                                            **request_fields(policy))
+        compactor.observe_usage(reply.usage.input_tokens)
+        content = [b.model_dump(exclude_none=True) for b in reply.content]
+        history += cf.from_anthropic([{"role": "assistant", "content": content}])
+        calls = [b for b in reply.content if b.type == "tool_use"]
+        if not calls:
+            break
+        history += [cf.Message(role="tool", content=agent.document(c.input["number"]),
+                               tool_call_id=c.id, name=c.name) for c in calls]
+    applied = [next((e["cleared_tool_uses"] for e in r.applied_edits
+                     if e["type"] == "clear_tool_uses_20250919"), 0) for r in server.messages]
+    print(f"\ncontext editing: {len(server.messages)} requests, cleared per request by the "
+          f"provider {applied}, named by the pass {named}")
+    assert server.rejected == [] and "Codes found" in history[-1].text
+    assert all(ANTHROPIC_CONTEXT_EDITING_BETA in r.headers["anthropic-beta"]
+               for r in server.messages)
+    assert max(applied) >= 3
+    assert named == applied  # the pass names exactly what the provider clears
+    # The client sent every result whole; the originals are behind the handles the ledger
+    # of the last request names.
+    last = json.dumps(server.messages[-1].body["messages"])
+    assert LEDGER in last and all(agent.codes[k] in last for k in range(1, 13))
+    for handle in re.findall(r"ctx_[0-9a-f]{12}", last):
+        assert handle in handles
+        original = read_original(compactor, "c2", handle, limit=20_000)
+        assert "error" not in original and "Reference code: REF-" in original["content"]

@@ -27,7 +27,7 @@ before a local policy: the local policy then works on what the provider kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -36,12 +36,14 @@ from .._lossless.ledger import Ledger, _fit, _insert, _is_ledger, _merged, _new_
 from .._lossless.references import handle_for
 from .._messages.model import Message, OpaquePart
 from .._messages.structure import leading_system_count
+from ..errors import ConfigurationError
 from .contract import CompactionContext, Policy, PolicyOutcome, PolicyRun, Target
 
 __all__ = [
     "ANTHROPIC_COMPACTION_BETA",
     "ANTHROPIC_CONTEXT_EDITING_BETA",
     "AnthropicCompaction",
+    "AnthropicContextEditing",
     "request_fields",
 ]
 
@@ -178,3 +180,119 @@ class AnthropicCompaction:
         }, **ledger_figures}
         return PolicyOutcome(messages=out, method=self.name, targets=targets, details=details)
 
+
+
+@dataclass(frozen=True)
+class AnthropicContextEditing:
+    """Anthropic's context editing: the provider clears old tool results (and thinking) on
+    its side; this pass names what it clears, keeps the originals and writes the ledger.
+
+    Sends the ``clear_tool_uses_20250919`` edit (``trigger``, ``keep``, ``clear_at_least``,
+    ``exclude_tools``, ``clear_tool_inputs``) and, with ``keep_thinking_turns``, the
+    ``clear_thinking_20251015`` edit, with the beta header. The messages go out as they
+    are: the provider clears them, and the client keeps its full history, as Anthropic's
+    documentation asks. On every call the pass applies the provider's documented rule to
+    the request (over ``trigger`` input tokens, the oldest tool results but the last
+    ``keep`` tool uses, ``exclude_tools`` spared, only when at least ``clear_at_least``
+    tokens go) to know which results the model will see as cleared: their originals get
+    handles (targets ``"cleared_by_provider"``) and a ledger before the newest group names
+    them, so the model can read them back; the report gives the provider's figures.
+
+    The rule is applied to the counter's figure of the request: exact with
+    :class:`~contextfold.EndpointCounter`; an approximation that counts high (Claude's)
+    names results as cleared a little before the provider clears them, never after.
+
+    Args:
+        trigger: input tokens (the provider's) over which tool results are cleared.
+        keep: the most recent tool uses kept.
+        clear_at_least: clear only when at least this many tokens go; ``None`` for any.
+        exclude_tools: tools whose results are never cleared.
+        clear_tool_inputs: the provider also clears the cleared calls' inputs.
+        keep_thinking_turns: also send ``clear_thinking_20251015`` keeping the thinking of
+            this many recent assistant turns (``None``: not sent).
+        ledger: the ledger of what the provider clears; ``None`` for none.
+    """
+
+    trigger: Annotated[int, Ge(1)] = 100_000
+    keep: Annotated[int, Ge(0)] = 3
+    clear_at_least: Annotated[int, Ge(0)] | None = None
+    exclude_tools: Collection[str] = ()
+    clear_tool_inputs: bool = False
+    keep_thinking_turns: Annotated[int, Ge(1)] | None = None
+    ledger: Ledger | None = field(default_factory=Ledger)
+    name = "anthropic_context_editing"
+    always_run = True
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if isinstance(self.exclude_tools, str):
+            raise ConfigurationError("exclude_tools must be a collection of names, not a string")
+        object.__setattr__(self, "exclude_tools", tuple(self.exclude_tools))
+
+    @property
+    def request_fields(self) -> dict[str, Any]:
+        """``betas`` and ``context_management`` for the Messages API request."""
+        edit: dict[str, Any] = {"type": "clear_tool_uses_20250919",
+                                "trigger": {"type": "input_tokens", "value": self.trigger},
+                                "keep": {"type": "tool_uses", "value": self.keep}}
+        if self.clear_at_least is not None:
+            edit["clear_at_least"] = {"type": "input_tokens", "value": self.clear_at_least}
+        if self.exclude_tools:
+            edit["exclude_tools"] = list(self.exclude_tools)
+        if self.clear_tool_inputs:
+            edit["clear_tool_inputs"] = True
+        edits = [edit]
+        if self.keep_thinking_turns is not None:
+            edits.append({"type": "clear_thinking_20251015", "keep": {
+                "type": "thinking_turns", "value": self.keep_thinking_turns}})
+        return {"betas": [ANTHROPIC_CONTEXT_EDITING_BETA],
+                "context_management": {"edits": edits}}
+
+    def cleared(self, messages: Sequence[Message], context: CompactionContext) -> list[int]:
+        """Positions of the tool results the provider clears in this request."""
+        before = context.input_tokens(messages)
+        if before <= self.trigger:
+            return []
+        calls = [(i, c) for i, m in enumerate(messages) if m.role == "assistant"
+                 for c in m.tool_calls]
+        results = {m.tool_call_id: i for i, m in enumerate(messages) if m.role == "tool"}
+        old = calls[: max(0, len(calls) - self.keep)]
+        out = [results[c.id] for _, c in old if c.name not in self.exclude_tools
+               and c.id in results and not messages[results[c.id]].is_pinned]
+        if self.clear_at_least is not None:
+            freed = sum(context.counter.count_message(messages[i]) for i in out)
+            if freed < self.clear_at_least:
+                return []
+        return out
+
+    def run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
+        """Name what the provider clears in this request (see the class docstring)."""
+        return self._outcome(messages, context)
+        yield  # pragma: no cover - makes this a generator
+
+    def _outcome(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
+        cleared = self.cleared(messages, context)
+        if not cleared:
+            return PolicyOutcome(messages=messages)
+        count = context.counter.count_message
+        targets = tuple(Target(i, "tool", "cleared_by_provider", count(messages[i]), 0,
+                               messages[i].name, handle_for(messages[i])) for i in cleared)
+        out: list[Message] = list(messages)
+        ledger_figures: dict[str, Any] = {}
+        if self.ledger is not None:
+            entries = _merged((), _new_entries(messages, targets, self.ledger), out)
+            room = max(0, min(self.ledger.room(context),
+                              context.available - context.counter.count_messages(out)))
+            message, shed = _fit(entries, room, context, self.ledger)
+            if message is not None:
+                out = _insert(out, message)
+            ledger_figures = {"ledger": {"entries": len(entries) - shed, "shed": shed,
+                                         "room": room}}
+        before = context.measure(messages)
+        freed = sum(t.original_tokens for t in targets)
+        details = {"provider": {
+            "name": "anthropic", "edit": "clear_tool_uses_20250919",
+            "cleared_tool_uses": len(cleared), "tokens_before": before,
+            "tokens_after": before - freed,
+        }, **ledger_figures}
+        return PolicyOutcome(messages=out, method=self.name, targets=targets, details=details)
