@@ -43,7 +43,7 @@ from .editing import EDITS_BETAS, apply_edits
 from .wire import ENCODING, TOOL_USE_SYSTEM_PROMPT, as_chat, count_request, problem, sign
 
 __all__ = ["ENCODING", "TOOL_USE_SYSTEM_PROMPT", "AnthropicServer", "Recorded", "as_chat",
-           "count_request", "sign"]
+           "calls_as_reads", "count_request", "sign"]
 
 Responder = Callable[[dict[str, Any]], Reply]
 
@@ -318,6 +318,25 @@ def _stream(handler: Any, message: dict[str, Any]) -> None:
         time.sleep(0)
     handler.wfile.flush()
     handler.close_connection = True
+
+
+def calls_as_reads(responder: Responder, limit: int = 300) -> Responder:
+    """``responder`` shown every tool call as text (``read_document({"number": 5})``), so a
+    ``DocumentAgent`` counts a document whose result was cleared as read by its call, as
+    its docstring says; after ``limit`` requests it refuses (a runaway loop ends in an
+    error instead of never ending)."""
+    seen = iter(range(limit))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if next(seen, None) is None:
+            raise Refusal(400, f"more than {limit} requests: the agent loops")
+        messages = [{**m, "content": (m.get("content") or "") + "".join(
+            f" {c['function']['name']}({c['function']['arguments']})"
+            for c in m["tool_calls"])} if m.get("tool_calls") else m
+            for m in body["messages"]]
+        return responder({**body, "messages": messages})
+
+    return respond
 
 
 def _echo(body: dict[str, Any]) -> Reply:
