@@ -13,14 +13,21 @@
                                         messages=messages, **request_fields(policy))
 
 The adapters (``with_compaction``, ``CompactionMiddleware``) add :func:`request_fields` to
-every call themselves.
+every call themselves. OpenAI's ``responses.compact`` is a call of its own, which
+:class:`OpenAIResponsesCompaction` asks the driver to make (:func:`openai_responses_compact`);
+:func:`to_responses` and :func:`from_responses` convert to and from Responses API items.
 """
 
+from ._messages.responses import from_responses, to_responses
 from ._policies.provider_native import (
     ANTHROPIC_COMPACTION_BETA,
     ANTHROPIC_CONTEXT_EDITING_BETA,
     AnthropicCompaction,
     AnthropicContextEditing,
+    OpenAIResponsesCompaction,
+    ProviderReply,
+    ProviderRequest,
+    openai_responses_compact,
     request_fields,
 )
 
@@ -29,5 +36,11 @@ __all__ = [
     "ANTHROPIC_CONTEXT_EDITING_BETA",
     "AnthropicCompaction",
     "AnthropicContextEditing",
+    "OpenAIResponsesCompaction",
+    "ProviderReply",
+    "ProviderRequest",
+    "from_responses",
+    "openai_responses_compact",
     "request_fields",
+    "to_responses",
 ]

@@ -87,3 +87,42 @@ def test_what_the_block_replaced_goes_behind_one_handle_and_the_block_stays() ->
     assert out.index(ledger) == 4  # after the block's turn (its call and result)
     assert str(dropped[0].handle) in ledger.text
     assert result.details["provider"]["replaced"] == 4
+
+
+def test_a_failed_provider_compaction_leaves_the_history_and_says_why() -> None:
+    from contextfold.providers import OpenAIResponsesCompaction
+
+    def down(messages: object) -> list[cf.Message]:
+        raise ConnectionError("compaction endpoint down")
+
+    from contextfold.policy import CompactionContext
+
+    history = _history(None)
+    context = CompactionContext(budget=BUDGET, counter=cf.counter_for_model(), force=True)
+    outcome, _ = run_policy(OpenAIResponsesCompaction(down), history, context)
+    assert outcome.messages is history
+    assert "compaction endpoint down" in outcome.notes[0]
+
+
+def test_a_provider_compaction_keeps_the_item_and_the_callers_user_messages() -> None:
+    from contextfold.providers import OpenAIResponsesCompaction
+
+    item = OpaquePart(kind="compaction", data={"type": "compaction", "id": "cmp_9",
+                                               "encrypted_content": "xyz"})
+
+    def compact(messages: list[cf.Message]) -> list[cf.Message]:
+        users = [cf.Message(role="user", content=m.text) for m in messages if m.role == "user"]
+        return [*users, cf.Message(role="assistant", content=(item,))]
+
+    history = _history(None)
+    from contextfold.policy import CompactionContext
+
+    context = CompactionContext(budget=BUDGET, counter=cf.counter_for_model(), force=True)
+    outcome, requests = run_policy(OpenAIResponsesCompaction(compact), history, context)
+    out = list(outcome.messages)
+    assert out[:2] == history[:2] and out[1] is history[1]  # the caller's own request
+    assert out[2].content == (item,)
+    assert out[3].source == "ledger" and cf.validate(out) == []
+    assert {t.index for t in outcome.targets} == set(range(2, 10))
+    assert outcome.details["provider"]["replaced"] == 8
+    assert requests[0].purpose == "openai_compact"

@@ -84,6 +84,7 @@ from .._policies.contract import (
     SummaryRequest,
     Target,
 )
+from .._policies.provider_native import ProviderRequest, performed
 from .._summaries.cache import LRUSummaryCache, SummaryCache, cache_for
 from .._summaries.extractive import ExtractiveSummarizer
 from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
@@ -1106,11 +1107,13 @@ def _afocused(answer: Callable[[SummaryRequest], Awaitable[SummaryReply]], focus
 
 
 def _drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> PolicyOutcome:
-    """Run a policy generator to completion, answering each request with ``answer``."""
+    """Run a policy generator to completion, answering each request with ``answer`` (a
+    provider call, with the call itself)."""
     try:
         request = next(run)
         while True:
-            request = run.send(answer(request))
+            request = run.send(performed(request) if isinstance(request, ProviderRequest)
+                               else answer(request))
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
         return outcome
@@ -1152,7 +1155,9 @@ async def _adrive(
     try:
         request = next(run)
         while True:
-            request = run.send(await answer(request))
+            request = run.send(await asyncio.to_thread(performed, request)
+                               if isinstance(request, ProviderRequest)
+                               else await answer(request))
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
         return outcome
