@@ -30,6 +30,7 @@ def test_the_guide_runs_as_written(anthropic_server: Any, monkeypatch: pytest.Mo
     server = anthropic_server(window=200_000, responder=calls_as_reads(agent))
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    monkeypatch.setenv("OPENAI_API_KEY", "test")  # the OpenAI block only builds its policy
     namespace: dict[str, Any] = {
         "READ_DOCUMENT": {"name": "read_document",
                           "description": "Read one document by its number.",
@@ -38,7 +39,7 @@ def test_the_guide_runs_as_written(anthropic_server: Any, monkeypatch: pytest.Mo
         "read_document": agent.document,
     }
     code = blocks()
-    assert len(code) == 3
+    assert len(code) == 4
     for block in code:
         exec(compile(block, str(GUIDE), "exec"), namespace)
     history, compactor = namespace["history"], namespace["compactor"]
@@ -56,3 +57,4 @@ def test_the_guide_runs_as_written(anthropic_server: Any, monkeypatch: pytest.Mo
     assert namespace["model"] is not None
     assert compactor.policy.request_fields["context_management"]["edits"][0]["type"] == (
         "clear_tool_uses_20250919")
+    assert namespace["responses_compactor"].policy.name == "openai_responses_compaction"
