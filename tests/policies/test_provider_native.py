@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.errors import ConfigurationError
@@ -18,7 +20,7 @@ from contextfold.providers import (
     AnthropicContextEditing,
     request_fields,
 )
-from contextfold.testing import run_policy
+from contextfold.testing import histories, run_policy
 
 BUDGET = cf.Budget(context_window=100_000)
 
@@ -126,3 +128,32 @@ def test_a_provider_compaction_keeps_the_item_and_the_callers_user_messages() ->
     assert {t.index for t in outcome.targets} == set(range(2, 10))
     assert outcome.details["provider"]["replaced"] == 8
     assert requests[0].purpose == "openai_compact"
+
+
+@given(histories(max_turns=5, max_tool_chars=2_000), st.data())
+def test_a_compaction_block_anywhere_leaves_a_valid_history_and_the_block_verbatim(
+    history: list[cf.Message], data: st.DataObject,
+) -> None:
+    from dataclasses import replace
+
+    from contextfold.policy import CompactionContext
+
+    assistants = [i for i, m in enumerate(history) if m.role == "assistant"]
+    if not assistants:
+        return
+    at = data.draw(st.sampled_from(assistants))
+    block = OpaquePart(kind="compaction", data={"type": "compaction", "content": "summary",
+                                                "signature": "sig"})
+    parts = () if isinstance(history[at].content, str) else history[at].content
+    given_history = [*history[:at], replace(history[at], content=(block, *parts)),
+                     *history[at + 1:]]
+    kept = copy.deepcopy(given_history)
+    context = CompactionContext(budget=BUDGET, counter=cf.counter_for_model())
+    outcome, _ = run_policy(AnthropicCompaction(), given_history, context)
+    out = list(outcome.messages)
+    assert given_history == kept  # never mutated
+    assert cf.validate(out) == []
+    holder = [m for m in out if not isinstance(m.content, str) and block in m.content]
+    assert len(holder) == 1 and holder[0].content[0] == block
+    handles = {t.handle for t in outcome.targets if t.method == "dropped"}
+    assert len(handles) <= 1
