@@ -76,3 +76,21 @@ def openai_server() -> Iterator[Callable[..., object]]:
     yield start
     for server in started:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[Callable[..., object]]:
+    """Starts Messages API servers on loopback (``tests/anthropic_server``) and stops them
+    after the test: ``server = anthropic_server(window=16_384, responder=agent)``."""
+    from anthropic_server import AnthropicServer
+
+    started: list[AnthropicServer] = []
+
+    def start(**kwargs: object) -> AnthropicServer:
+        server = AnthropicServer(**kwargs).__enter__()  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.__exit__(None, None, None)

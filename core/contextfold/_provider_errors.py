@@ -7,8 +7,11 @@ once. Recognised:
 
 * OpenAI's ``context_length_exceeded`` code on an ``openai.BadRequestError`` (older
   langchain-openai releases re-raise it as a plain invalid-request error);
-* Anthropic's ``prompt is too long`` (``anthropic.BadRequestError``), and the wording of
-  other providers and proxies (Google, Mistral, vLLM, LiteLLM, Ollama).
+* Anthropic's two wordings (``anthropic.BadRequestError``): ``prompt is too long: N tokens
+  > W maximum`` when the prompt alone is over the window, and ``input length and
+  `max_tokens` exceed context limit: P + M > W`` when it fits but not with the requested
+  ``max_tokens``;
+* the wording of other providers and proxies (Google, Mistral, vLLM, LiteLLM, Ollama).
 
 The exception chain (``__cause__`` / ``__context__``) is searched too, since wrappers
 re-raise provider errors. No provider SDK or framework is imported here; the adapters add
@@ -43,6 +46,7 @@ OVERFLOW_PHRASES = (
     "context_length_exceeded",
     "maximum context length",
     "prompt is too long",
+    "exceed context limit",
     "exceeds the context window",
     "context window exceeded",
     "contextwindowexceedederror",
@@ -60,6 +64,8 @@ _CODES = frozenset({"context_length_exceeded", "context_window_exceeded"})
 _OPENAI = re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S)
 # "prompt is too long: 208310 tokens > 200000 maximum"
 _ANTHROPIC = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+# "input length and `max_tokens` exceed context limit: 9117 + 1024 > 10000, decrease ..."
+_ANTHROPIC_MAX_TOKENS = re.compile(r"exceed context limit: (\d+) \+ (\d+) > (\d+)")
 # "... your messages resulted in 9000 tokens" without the limit
 _RESULTED = re.compile(r"resulted in (\d+) tokens")
 # "maximum context length is 16385 tokens. However, you requested 17000 tokens (15000 in
@@ -158,6 +164,9 @@ def _stated(error: BaseException) -> Overflow:
         match = _OPENAI.search(text)
         if match:
             return Overflow(int(match.group(1)), int(match.group(2)))
+        match = _ANTHROPIC_MAX_TOKENS.search(text)
+        if match:
+            return Overflow(int(match.group(3)), int(match.group(1)), int(match.group(2)))
         match = _ANTHROPIC.search(text)
         if match:
             return Overflow(int(match.group(2)), int(match.group(1)))

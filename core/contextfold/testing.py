@@ -532,6 +532,10 @@ def run_policy(
 
 
 def _answer(reply: SummaryAnswer, request: SummaryRequest) -> SummaryReply:
+    from ._policies.provider_native import ProviderRequest, performed
+
+    if isinstance(request, ProviderRequest):  # a provider call is made as the engine makes it
+        return performed(request)
     value = reply(request) if callable(reply) else reply
     if isinstance(value, SummaryReply):
         return value

@@ -109,6 +109,9 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
     def _compacted(self, request: ModelRequest, view: View[BaseMessage]) -> ModelRequest:
         out: list[Any] = view.messages  # AnyMessage: every class from_core builds
+        if view.request:  # the provider fields the policy sends (its own compaction)
+            request = request.override(model_settings={**request.model_settings,
+                                                       **view.request})
         system = request.system_message
         if system is not None and out and out[0] is system:
             return request.override(messages=list(out[1:]))

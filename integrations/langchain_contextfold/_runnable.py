@@ -175,7 +175,7 @@ class CompactingChatModel(BaseChatModel):
         def send(view: View[BaseMessage]) -> BaseMessage:
             _announce(view, loop, run_manager)
             return self.model.invoke(view.messages, _inner_config(run_manager), stop=stop,
-                                     **kwargs)
+                                     **{**kwargs, **view.request})
 
         def idle(reason: str, view: View[BaseMessage]) -> BaseMessage:
             _announce(view, loop, run_manager)
@@ -193,7 +193,7 @@ class CompactingChatModel(BaseChatModel):
         async def send(view: View[BaseMessage]) -> BaseMessage:
             await _aannounce(view, loop, run_manager)
             return await self.model.ainvoke(view.messages, _inner_config(run_manager),
-                                            stop=stop, **kwargs)
+                                            stop=stop, **{**kwargs, **view.request})
 
         async def idle(reason: str, view: View[BaseMessage]) -> BaseMessage:
             await _aannounce(view, loop, run_manager)
@@ -212,7 +212,7 @@ class CompactingChatModel(BaseChatModel):
         def send(view: View[BaseMessage]) -> tuple[AIMessageChunk, Iterator[AIMessageChunk]]:
             _announce(view, loop, run_manager)
             chunks = self.model.stream(view.messages, _inner_config(run_manager), stop=stop,
-                                       **kwargs)
+                                       **{**kwargs, **view.request})
             return next(chunks), chunks  # an overflow error surfaces on the first chunk
 
         def idle(reason: str, view: View[BaseMessage]) -> tuple[AIMessageChunk, Iterator[Any]]:
@@ -240,7 +240,7 @@ class CompactingChatModel(BaseChatModel):
         ) -> tuple[AIMessageChunk, AsyncIterator[AIMessageChunk]]:
             await _aannounce(view, loop, run_manager)
             chunks = self.model.astream(view.messages, _inner_config(run_manager), stop=stop,
-                                        **kwargs)
+                                        **{**kwargs, **view.request})
             return await chunks.__anext__(), chunks
 
         async def idle(

@@ -116,8 +116,10 @@ def test_a_provider_that_counts_more_than_the_counter_is_scaled_for(
     loop = loop_for(cf.ThresholdPolicy(), cf.Budget(context_window=16_384), counter)
     for n in range(1, 30):
         loop.call(history(n), model.send, usage=usage)
+    # Calibration scales what each call adds by the provider's ratio, so the run may never
+    # reach the window; if it does, once is all.
     assert model.rejected <= 1
-    first_rejected = next(i for i, tokens in enumerate(model.sent) if tokens > 12_000)
+    first_rejected = next((i for i, tokens in enumerate(model.sent) if tokens > 12_000), -1)
     assert all(tokens <= 12_000 for tokens in model.sent[first_rejected + 1:])
 
 

@@ -173,7 +173,30 @@ def test_calibration_adds_the_estimate_of_new_messages(counter: cf.TokenCounter)
     compactor.observe_usage(input_tokens=1_000, output_tokens=20)
     result = compactor.compact(history[: points[2]])
     added = sum(counter.count_message(m) for m in history[points[1] : points[2]])
-    assert result.report.details["known_tokens"] == 1_000 + added
+    # What was added is scaled by how the provider's count of the first request (1,000)
+    # compared with the counter's.
+    ratio = 1_000 / counter.count_messages(history[: points[1]])
+    assert compactor.calibration.ratio == pytest.approx(ratio)
+    assert result.report.details["known_tokens"] == 1_000 + round(added * ratio)
+    assert result.report.details["calibrated_tokens"] == result.report.details["known_tokens"]
+
+
+def test_calibration_scales_what_goes_out_by_the_providers_ratio(
+    counter: cf.TokenCounter,
+) -> None:
+    history = generate_history(2, turns=3, tool_chars=300)
+    points = call_points(history)
+    compactor = cf.Compactor(FoldPolicy(), cf.Budget(context_window=100_000), counter=counter)
+    first = compactor.compact(history[: points[1]])
+    assert first.report.details["calibrated_tokens"] == first.report.tokens_after  # no report
+    for k in (1, 2):  # a provider that counts 1.25 times what the counter does
+        compactor.observe_usage(round(1.25 * compactor.compact(history[: points[k]])
+                                      .report.tokens_after))
+    result = compactor.compact(history[: points[3]])
+    figure = result.report.details["calibrated_tokens"]
+    assert figure == pytest.approx(1.25 * result.report.tokens_after, rel=0.002)
+    compactor.reset()
+    assert compactor.calibration.ratio is None
 
 
 def test_calibration_is_per_compactor(counter: cf.TokenCounter) -> None:

@@ -17,8 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._counting import bounds
 from contextfold._counting import counters as _counting
-from contextfold._counting.counters import count_within, token_bound
+from contextfold._counting.bounds import count_within, token_bound
 from contextfold.policy import CompactionContext, PolicyOutcome, SimplePolicy
 from contextfold.testing import generate_history, histories
 
@@ -321,7 +322,7 @@ words = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
 def test_a_text_said_to_be_over_a_limit_is_over_it(parts: list[str], limit: int) -> None:
     text = "".join(parts)
     for counter in (EXACT, APPROX):
-        over = _counting.text_over(counter, text, limit)
+        over = bounds.text_over(counter, text, limit)
         if over is not None:
             exact = counter.count_text(text)
             assert exact > limit and over > limit
@@ -333,5 +334,5 @@ def test_a_long_summary_is_trimmed_to_its_size_without_counting_it_whole() -> No
                                        max_tokens=400)
     text = cf.ExtractiveSummarizer(counter=EXACT).summarize(request)
     assert EXACT.count_text(text) <= 400
-    assert _counting.text_over(EXACT, "x " * 40_000, 100) is not None
-    assert _counting.text_over(cf.EstimatingCounter(), "x " * 40_000, 100) is None
+    assert bounds.text_over(EXACT, "x " * 40_000, 100) is not None
+    assert bounds.text_over(cf.EstimatingCounter(), "x " * 40_000, 100) is None

@@ -10,7 +10,9 @@ It behaves like the API where compaction is concerned:
 * it answers with ``usage``, streams SSE chunks (tool-call deltas included) and a final
   usage chunk when ``stream_options.include_usage`` is set;
 * it records every request for assertions (accepted or rejected, tokens, whether it was a
-  summary call, how much of the previous agent request it repeats as a byte prefix).
+  summary call, how much of the previous agent request it repeats as a byte prefix);
+* it also serves the Responses API's ``/responses`` and ``/responses/compact``
+  (:mod:`.responses`), with the same counting, window and responders.
 
 Replies come from a responder: a callable from the parsed request to a :class:`Reply`.
 :class:`DocumentAgent` plays a tool-calling agent that reads long documents with planted
@@ -231,7 +233,11 @@ class OpenAIServer:
                                                "type": "invalid_request_error",
                                                "code": "invalid_api_key", "param": None}})
                     return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                path = self.path.rstrip("/")
+                if path.endswith("/responses") or path.endswith("/responses/compact"):
+                    server._serve_responses(self, raw, path.endswith("/compact"))
+                    return
+                if not path.endswith("/chat/completions"):
                     self._json(404, {"error": {"message": "not found", "type": "not_found"}})
                     return
                 server._serve(self, raw)
@@ -297,6 +303,32 @@ class OpenAIServer:
             self._stream(handler, body, reply, usage)
         else:
             handler._json(200, _completion(body, reply, usage))
+
+    def _serve_responses(self, handler: Any, raw: bytes, compacting: bool) -> None:
+        from . import responses
+
+        body = json.loads(raw)
+        chat = responses.chat_view(body)
+        prompt = count_prompt(chat)
+        problem = responses.problem(body)
+        code = None
+        if problem is None and prompt > self.window:
+            problem, code = _overflow_message(self.window, prompt, None), \
+                "context_length_exceeded"
+        with self._lock:
+            self.requests.append(Recorded(body, raw, prompt, problem is None, problem,
+                                          compacting or is_summary_call(chat), 0))
+        if problem is not None:
+            handler._json(400, {"error": {"message": problem, "type": "invalid_request_error",
+                                          "param": "input", "code": code}})
+            return
+        if compacting:
+            ask = {"messages": [{"role": "system", "content": "Compress this conversation."},
+                                *chat["messages"]]}
+            summary = self.responder(ask).content or "(nothing to summarize)"
+            handler._json(200, responses.compact(body, summary, prompt, _IDS))
+        else:
+            handler._json(200, responses.respond(body, self.responder(chat), prompt, _IDS))
 
     def _stream(self, handler: Any, body: dict[str, Any], reply: Reply,
                 usage: dict[str, int]) -> None:

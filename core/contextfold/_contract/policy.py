@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
+from .._counting.bounds import count_within
 from .._counting.budget import Budget
-from .._counting.counters import count_within
 from .._messages.model import Message
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ class CompactionContext:
     def exceeds(self, messages: Sequence[Message], limit: int) -> bool:
         """``input_tokens(messages) > limit``, tokenizing only what the decision needs:
         messages nothing counted yet are bounded (see
-        :func:`~contextfold._counting.counters.count_within`) and counted, newest first,
+        :func:`~contextfold._counting.bounds.count_within`) and counted, newest first,
         only while the bound says nothing."""
         if self.known_tokens is not None and self.known_tokens > limit:
             return True

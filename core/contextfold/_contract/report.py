@@ -2,7 +2,7 @@
 
 A report's token figures are exact, and computed when first read when the call itself
 did not need them: a call on a long history nothing has counted yet (a resumed thread)
-decides from cheap upper bounds (:func:`~contextfold._counting.counters.count_within`)
+decides from cheap upper bounds (:func:`~contextfold._counting.bounds.count_within`)
 and tokenizes only what it sends or must weigh; the exact count of ``tokens_before``,
 ``tokens_after``, the ``targets``' original sizes and the ``details`` built from them is
 left to whoever reads them (the overflow retry does; an agent step that only sends does

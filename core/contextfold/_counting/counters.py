@@ -9,14 +9,7 @@ running sums of the last sequences it counted: recounting an unchanged long hist
 one that only grew at the end, is an identity check of the known prefix plus the count
 of the new messages.
 
-Bounds: a message nothing has counted yet need not be tokenized to know it fits.
-:func:`token_bound` is a cheap upper bound of a message's count (its cached count when it
-has one): for tiktoken's byte-level BPE encodings every token covers at least one byte of
-UTF-8, so a text's count is at most its byte length (scaled like the count for an
-:class:`ApproximateCounter`); an :class:`EstimatingCounter` is cheap, so its bound is its
-count, and so is that of any other counter (no bound is known for it).
-:func:`count_within` uses them to decide whether a history fits a limit while
-tokenizing only as much of it, newest first, as the decision needs.
+Bounds that decide without tokenizing are :mod:`.bounds`.
 """
 
 from __future__ import annotations
@@ -47,17 +40,13 @@ __all__ = [
     "FAMILY_PREFIXES",
     "IMAGE_FLAT_TOKENS",
     "TOKENIZERS",
+    "TOOL_USE_PROMPTS",
     "ApproximateCounter",
     "EstimatingCounter",
     "TiktokenCounter",
     "TokenCounter",
-    "count_within",
     "counter_for_model",
     "encoding_for_model",
-    "head_over",
-    "text_over",
-    "token_bound",
-    "token_bounds",
 ]
 
 logger = logging.getLogger("contextfold")
@@ -423,13 +412,24 @@ class ApproximateCounter(TiktokenCounter):
     and the Compactor corrects the decision from the usage the provider reports."""
 
     def __init__(
-        self, family: str, encoding: str | tiktoken.Encoding, factor: float, source: str
+        self, family: str, encoding: str | tiktoken.Encoding, factor: float, source: str,
+        tool_prompt: int = 0,
     ) -> None:
         if not factor > 0:
             raise ConfigurationError(f"factor must be > 0, got {factor}")
+        if tool_prompt < 0:
+            raise ConfigurationError(f"tool_prompt must be >= 0, got {tool_prompt}")
         super().__init__(encoding)
         self.family, self.factor, self.source = family, factor, source
+        self.tool_prompt = tool_prompt
         self.name = f"approx:{family}={self.encoding.name}*{factor}"
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of tool definitions, plus the tool-use system prompt the provider adds
+        whenever a request has tools (``tool_prompt``, see :data:`TOOL_USE_PROMPTS`)."""
+        if not tools:
+            return 0
+        return super().count_tools(tools) + self.tool_prompt
 
     def _scaled(self, tokens: int) -> int:
         """``ceil(factor * tiktoken count)``."""
@@ -448,215 +448,6 @@ def _utf8_length(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _bound_function(counter: TokenCounter) -> Callable[[Message], int] | None:
-    """The per-message bound of a counter of ours whose message arithmetic is its own
-    (made once per counter)."""
-    if not isinstance(counter, _BaseCounter):
-        return None
-    made = counter.__dict__.get("_bound")
-    if made is None:
-        made = counter.__dict__["_bound"] = (_make_bound(counter),)
-    bound: Callable[[Message], int] | None = made[0]
-    return bound
-
-
-def _make_bound(counter: _BaseCounter) -> Callable[[Message], int] | None:
-    cls = type(counter)
-    if (cls.count_message is not _BaseCounter.count_message
-            or cls.count_messages is not _BaseCounter.count_messages
-            or cls._count_uncached is not _BaseCounter._count_uncached):
-        return None
-    text = counter._text_bound()
-    if text is None:
-        return None
-    general = counter._count_with
-    labels: dict[str, int] = {}  # this bound's own memo of the counter's label counts
-
-    def label(name: str) -> int:
-        n = labels.get(name)
-        if n is None:
-            n = labels[name] = counter._count_label(name)
-        return n
-
-    def bound(m: Message) -> int:
-        # The arithmetic of ``_count_with``, unrolled for the common plain-text message.
-        content = m.content
-        if content.__class__ is not str:
-            return general(m, text)
-        role = labels.get(m.role)
-        n = TOKENS_PER_MESSAGE + (label(m.role) if role is None else role) + text(content)
-        if m.reasoning:
-            n += text(m.reasoning)
-        for call in m.tool_calls:
-            n += TOKENS_PER_TOOL_CALL + label(call.name) + text(call.arguments)
-        if m.tool_call_id:
-            n += text(m.tool_call_id)
-        if m.name:
-            n += TOKENS_PER_NAME + label(m.name)
-        return n
-
-    def utf8_bound(m: Message) -> int:
-        # ``bound`` with the UTF-8 length written inline (the unscaled tiktoken case, the
-        # hot loop of a cold call).
-        d = m.__dict__
-        content = d["content"]
-        if content.__class__ is not str:
-            return general(m, text)
-        role = labels.get(d["role"])
-        n = TOKENS_PER_MESSAGE + (label(d["role"]) if role is None else role) + (
-            len(content) if content.isascii() else _utf8_length(content))
-        extra = d["reasoning"]
-        if extra:
-            n += len(extra) if extra.isascii() else _utf8_length(extra)
-        for call in d["tool_calls"]:
-            n += TOKENS_PER_TOOL_CALL + label(call.name) + _utf8_length(call.arguments)
-        extra = d["tool_call_id"]
-        if extra:
-            n += len(extra) if extra.isascii() else _utf8_length(extra)
-        extra = d["name"]
-        if extra:
-            named = labels.get(extra)
-            n += TOKENS_PER_NAME + (label(extra) if named is None else named)
-        return n
-
-    return utf8_bound if text is _utf8_length else bound
-
-
-def token_bound(counter: TokenCounter, message: Message) -> int:
-    """An upper bound of ``counter.count_message(message)``, cheap: the cached count when
-    the message has one, else the bound of the module docstring (without tokenizing);
-    counters with no known bound are asked for the count."""
-    known = _cached_count(counter, message)
-    if known is not None:
-        return known
-    bound = _bound_function(counter)
-    return counter.count_message(message) if bound is None else bound(message)
-
-
-def _cached_count(counter: TokenCounter, message: Message) -> int | None:
-    memo: dict[str, Any] | None = message.__dict__.get("_derived")
-    if memo is None:
-        return None
-    value: int | None = memo.get("tokens:" + counter.name)
-    return value
-
-
-def token_bounds(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
-    """:func:`token_bound` of each message (from the figures :func:`count_within` last
-    made for the same messages, when it did)."""
-    bound = _bound_function(counter)
-    if bound is None:
-        return [counter.count_message(m) for m in messages]
-    return _figures(counter, messages, bound)[0]
-
-
-def _figures(
-    counter: TokenCounter, messages: Sequence[Message], bound: Callable[[Message], int]
-) -> tuple[list[int], list[int]]:
-    """Each message's cached count or bound, and the positions that have a bound. The
-    counter remembers the figures of the last sequence that needed a bound (holding its
-    messages until another replaces it), so the driver's decision and the policy's check
-    of the same input bound it once."""
-    key = "tokens:" + counter.name
-    last: tuple[tuple[Message, ...], list[int]] | None = counter.__dict__.get("_within")
-    figures: list[int] = []
-    open_: list[int] = []  # positions whose figure is a bound
-    add, mark = figures.append, open_.append
-    if last is not None and len(last[0]) == len(messages) and (
-            _shared_prefix(last[0], messages) == len(messages)):
-        # The same messages as the last call (a policy checking what the driver just
-        # decided): their bounds again, and the counts made since.
-        for i, (m, figure) in enumerate(zip(messages, last[1], strict=True)):
-            memo: dict[str, Any] | None = m.__dict__.get("_derived")
-            if memo is not None and key in memo:
-                add(memo[key])
-            else:
-                mark(i)
-                add(figure)
-    else:
-        for i, m in enumerate(messages):
-            memo = m.__dict__.get("_derived")
-            if memo is not None and key in memo:
-                add(memo[key])
-            else:
-                mark(i)
-                add(bound(m))
-        if open_:  # worth remembering: a bound was needed
-            counter.__dict__["_within"] = (tuple(messages), list(figures))
-    return figures, open_
-
-
-def text_over(counter: TokenCounter, text: str, limit: int) -> int | None:
-    """For a long text plainly over ``limit``: an estimate of ``counter.count_text(text)``
-    made without counting it whole, else ``None`` (count it).
-
-    A prefix of ``text`` cut where no token spans the cut is counted exactly; the counts
-    of the two pieces add up to the whole's, so when the prefix alone is over ``limit``
-    the text is too (that much is certain). The estimate is the prefix's count scaled by
-    the text's length, never below it. For a caller that needs to know whether a text is
-    over ``limit`` and about how far (a summary trimmed to fit, which then counts what it
-    keeps). ``None`` too for counters not known to count pieces that way."""
-    if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:
-        return None
-    size = max(4096, limit * 8)  # characters: several times ``limit`` tokens of any text
-    if len(text) < 2 * size:
-        return None
-    cut = _SAFE_CUT.search(text, size)
-    if cut is None:
-        return None
-    head = counter.count_text(text[:cut.start()])
-    if head <= limit:
-        return None
-    return max(head, head * len(text) // max(cut.start(), 1))
-
-
-def head_over(counter: TokenCounter, text: str, limit: int) -> bool:
-    """True when the start of ``text`` alone already counts over ``limit``, so that
-    ``text`` and every text that starts with it do too; False when that does not show.
-
-    For a counter whose count of a text cut where no token spans the cut is the sum of the
-    pieces' (tiktoken's byte-level encodings, their approximations) the prefix up to the
-    last such cut is counted; an :class:`EstimatingCounter` counts ``text`` itself (its
-    count never shrinks as a text grows). Other counters are never decided this way."""
-    if isinstance(counter, EstimatingCounter):
-        return counter.count_text(text) > limit
-    if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:
-        return False
-    cut, end, step = 0, len(text), 4096
-    while not cut and end > 0:  # the last safe cut, looked for from the end
-        start = max(0, end - step)
-        cut = max((m.start() for m in _SAFE_CUT.finditer(text, start, end)), default=0)
-        end, step = start + 1, step * 4
-    return cut > 0 and counter.count_text(text[:cut]) > limit
-
-
-def count_within(
-    counter: TokenCounter, messages: Sequence[Message], limit: int
-) -> tuple[int, bool]:
-    """Whether ``messages`` fit ``limit`` tokens (reply priming included), tokenizing as
-    little as that takes: ``(figure, exact)``.
-
-    ``exact`` is True when ``figure`` is ``counter.count_messages(messages)``; otherwise
-    ``figure`` is an upper bound of that count, and the messages fit ``limit`` exactly when
-    ``figure <= limit`` (over it, the messages counted exactly are already over ``limit``
-    on their own). Messages are counted exactly, newest first, only while the bound is
-    over ``limit`` and what was counted exactly is not.
-    """
-    bound = _bound_function(counter)
-    if bound is None:
-        return counter.count_messages(messages), True
-    figures, open_ = _figures(counter, messages, bound)
-    total = REPLY_PRIMING + sum(figures)
-    counted = total - sum([figures[i] for i in open_])  # the exact part
-    count = counter.count_message
-    while open_ and total > limit >= counted:
-        i = open_.pop()
-        n = count(messages[i])
-        total += n - figures[i]
-        counted += n
-    return total, not open_
 
 
 _TRACES = "on the tau-bench airline and SWE-Gym OpenHands traces (3.5 MB of text)"
@@ -707,6 +498,16 @@ APPROXIMATIONS: dict[str, tuple[str, float, str]] = {
 }
 """Family -> (encoding, factor, source) for model families counted by approximation."""
 
+TOOL_USE_PROMPTS: dict[str, tuple[int, str]] = {
+    "claude": (
+        346,
+        "Anthropic adds a tool-use system prompt to every request with tools: 346 tokens with "
+        "tool_choice auto or none, 313 with any or tool, for its Claude 4 models and Sonnet "
+        "3.7 (Anthropic, 'Pricing', Tool use pricing); the larger figure is counted",
+    ),
+}
+"""Family -> (tokens, source) of the system prompt a provider adds when tools are present."""
+
 FAMILY_PREFIXES: dict[str, tuple[str, ...]] = {
     "claude": ("claude",),
     "gemini": ("gemini",),
@@ -751,7 +552,8 @@ def counter_for_model(model: str | None = None, *, chars_per_token: float = 1.5)
             base, factor, source = APPROXIMATIONS[family]
             approximated = load_encoding(base)
             if approximated is not None:
-                return ApproximateCounter(family, approximated, factor, source)
+                prompt = TOOL_USE_PROMPTS.get(family, (0, ""))[0]
+                return ApproximateCounter(family, approximated, factor, source, prompt)
         return EstimatingCounter(chars_per_token)
     loaded = load_encoding(encoding)
     if loaded is None:

@@ -28,8 +28,8 @@ import hashlib
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypeVar, Union
 
 from .._config import Ge, check
@@ -37,6 +37,7 @@ from .._contract.report import CompactionResult
 from .._counting.budget import Budget
 from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
+from .._policies.provider_native import request_fields
 from .._provider_errors import Overflow, overflow_of
 from .._stores.protocols import HistoryStore
 from ..errors import CompactionError, ConfigurationError, ContextOverflowError
@@ -81,6 +82,10 @@ class View(Generic[F]):
     """The core result with its report."""
     retry: bool
     """True for the one send after a context overflow."""
+    request: Mapping[str, Any] = field(default_factory=dict)
+    """Provider request fields the policy sends with every call (``betas``,
+    ``context_management``...: :func:`~contextfold.providers.request_fields`); the adapter
+    adds them to the call."""
 
     @property
     def changed(self) -> bool:
@@ -330,7 +335,7 @@ class CallLoop(Generic[F]):
             result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
                                             complete=False)
             self._keep_counts(result)
-            return View(self.from_core(result.messages), result, False)
+            return View(self.from_core(result.messages), result, False, self._request())
 
     async def aview(
         self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
@@ -340,7 +345,7 @@ class CallLoop(Generic[F]):
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
         self._keep_counts(result)
-        return View(self.from_core(result.messages), result, False)
+        return View(self.from_core(result.messages), result, False, self._request())
 
     def delivered(self, usage: Usage | None) -> None:
         """A reply arrived: calibrate from its usage and reset the nudge counter.
@@ -440,10 +445,15 @@ class CallLoop(Generic[F]):
     # -- helpers -----------------------------------------------------------------------------
 
     def _idle_view(self, outcome: _Idle) -> View[F]:
-        return View(self.from_core(outcome.result.messages), outcome.result, False)
+        return View(self.from_core(outcome.result.messages), outcome.result, False,
+                    self._request())
 
     def _view(self, effect: _Send) -> View[F]:
-        return View(self.from_core(effect.result.messages), effect.result, effect.retry)
+        return View(self.from_core(effect.result.messages), effect.result, effect.retry,
+                    self._request())
+
+    def _request(self) -> dict[str, Any]:
+        return request_fields(self.compactor.policy)
 
     def _finish(
         self, outcome: _Idle | CompactionResult, sent: R | None,

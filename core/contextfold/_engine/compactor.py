@@ -14,10 +14,11 @@ One call, in order:
    report with the usage breakdown, emit events.
 
 Calibration: ``observe_usage`` records the provider's input tokens; the next decision uses
-``max(estimate, reported + estimate of what was added since)``. ``compact(messages,
-force=True)`` compacts regardless of the trigger (the overflow-retry path); a forced pass
-that cannot shrink the context makes the next forced call raise :class:`NoProgressError`
-at once instead of looping.
+``max(estimate, reported + estimate of what was added since)``, that estimate scaled by
+how the provider's count of the last request compared with ours (:mod:`.calibration`).
+``compact(messages, force=True)`` compacts regardless of the trigger (the overflow-retry
+path); a forced pass that cannot shrink the context makes the next forced call raise
+:class:`NoProgressError` at once instead of looping.
 
 A policy whose output must be rebuilt on every call (a loop slice, a nudge) declares
 ``always_run = True``; the Compactor then runs it on the full input every time.
@@ -28,8 +29,9 @@ the trigger sends its output plus what was appended since (:mod:`.ahead`).
 
 Reports describe the input a call worked on: the previous output plus the new messages
 when the call was incremental (``details["incremental"]``), else the caller's input.
-``details`` also holds the calibrated figure (``known_tokens``), the usage breakdown
-(``usage``) and, for policy runs, the summary figures (``summary``).
+``details`` also holds the calibrated figure of the input (``known_tokens``) and of what
+goes out (``calibrated_tokens``, in the provider's tokens once a usage was reported), the
+usage breakdown (``usage``) and, for policy runs, the summary figures (``summary``).
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from .._contract.policy import (
     Target,
 )
 from .._contract.report import CompactionReport, CompactionResult, on_read
+from .._counting.bounds import count_within
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, count_within, counter_for_model
+from .._counting.counters import TokenCounter, counter_for_model
 from .._counting.usage import UsageBreakdown, usage_of
 from .._lossless.handles import Block
 from .._lossless.references import keeps_originals
@@ -72,6 +75,7 @@ from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError
 from .ahead import Prepared, prepare_in_task, prepare_in_thread
 from .books import Books, Once, counted_targets
+from .calibration import Calibration
 from .decision import CallDecision, Tools
 from .drive import adrive, afocused, aprepared_outcome, drive, focused, prepared_outcome
 from .events import (
@@ -232,6 +236,8 @@ class Compactor(CallDecision):
         self._requested: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
         self._prepared: Prepared | None = None
+        self.calibration = Calibration()
+        """Provider tokens per counted token, from the last usage report."""
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -266,6 +272,11 @@ class Compactor(CallDecision):
         check("Compactor.observe_usage", "input_tokens", input_tokens, Annotated[int, Ge(0)])
         check("Compactor.observe_usage", "output_tokens", output_tokens,
               Annotated[int, Ge(0)] | None)
+        prefix = self._prefix
+        if prefix.out:  # the request the usage is of: the output last sent
+            sent = prefix.out_tokens if prefix.out_exact else self.counter.count_messages(
+                prefix.out)
+            self.calibration.observe(input_tokens, sent + prefix.fixed)
         self._known, self._since = input_tokens, 0
         self.last_output_tokens = output_tokens
         self._stalled = None
@@ -283,6 +294,7 @@ class Compactor(CallDecision):
     def reset(self) -> None:
         """Forget everything about the conversation: prefix, calibration, state, guard."""
         self._forget()
+        self.calibration = Calibration()
         self._state = ConversationState()
         self._stalled = None
         self._requested = None
@@ -517,6 +529,8 @@ class Compactor(CallDecision):
         figures = {
             "summary": service.details(),
             "known_tokens": plan.known,
+            "calibrated_tokens": self._calibrated(tokens_after,
+                                                  plan.known if out is view else None),
             "incremental": plan.new_tokens is not None,
         }
         usage = self._books.usage(messages, tokens_after, plan.fixed)
@@ -605,7 +619,8 @@ class Compactor(CallDecision):
                 or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
                 or not prefix.out_valid):
             return
-        known = None if self._known is None else self._known + self._since
+        known = None if self._known is None else self._known + self.calibration.scaled(
+            self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
         if effective <= mark:
             return

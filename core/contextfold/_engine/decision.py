@@ -11,7 +11,7 @@ starts over from scratch: under the trigger it goes out as it is (repaired in fl
 when invalid) without running the policy, as an extension would, unless the policy
 declares ``always_run``; the one-shot ``compact()`` always runs the policy.
 The decision tokenizes only what it needs: messages nothing has counted yet are
-bounded from their UTF-8 length (:func:`~contextfold._counting.counters.count_within`)
+bounded from their UTF-8 length (:func:`~contextfold._counting.bounds.count_within`)
 and counted exactly, newest first, only while the bound is over the trigger. A call
 that sends what it did not count leaves the exact figures of its report to be counted
 when first read (see :mod:`contextfold._contract.report`).
@@ -30,8 +30,9 @@ from typing import Annotated, Any
 from .._config import Ge, check
 from .._contract.policy import ConversationState, Policy
 from .._contract.report import CompactionReport, CompactionResult, on_read
+from .._counting.bounds import count_within
 from .._counting.budget import Budget
-from .._counting.counters import TokenCounter, count_within
+from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.validation import repair, validate
 from .._policies.learning import learned_in
@@ -40,6 +41,7 @@ from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer
 from ..errors import NoProgressError
 from .books import Books, shared_prefix
+from .calibration import Calibration
 from .events import CompactionApplied, CompactionEvent, Listener, emit
 from .incremental import APPENDABLE, Plan, Prefix
 from .rebuild import RebuildMemo
@@ -75,6 +77,8 @@ class CallDecision:
     _prefix: Prefix  # the previous input and output
     _known: int | None  # provider-reported input tokens of the previous output
     _since: int  # estimated tokens added since that report
+    calibration: Calibration
+    """Provider tokens per counted token, from the last usage report."""
 
     def _plan(
         self, messages: Sequence[Message], force: bool, tools: Tools | None, *,
@@ -115,7 +119,8 @@ class CallDecision:
         else:
             new_tokens = sum(map(self.counter.count_message, new))
             estimate, exact = self._extended(new, new_tokens, fixed)
-            known = None if self._known is None else self._known + self._since + new_tokens
+            known = None if self._known is None else self._known + self.calibration.scaled(
+                self._since + new_tokens)
             size = len(prefix.out) + len(new)
         effective = max(estimate, known or 0)
         needs = force or self._requested is not None or effective > self.budget.trigger_tokens
@@ -158,6 +163,7 @@ class CallDecision:
         def details() -> dict[str, Any]:
             tokens = total()
             return {"known_tokens": plan.known, "incremental": True,
+                    "calibrated_tokens": self._calibrated(tokens, plan.known),
                     "usage": self._books.usage(out, tokens, plan.fixed),
                     "cached_prefix": {"messages": previous, "tokens": tokens - new_tokens,
                                       "previous_messages": previous}}
@@ -196,6 +202,7 @@ class CallDecision:
             return {
                 "summary": summary,
                 "known_tokens": plan.known,
+                "calibrated_tokens": self._calibrated(total(), plan.known),
                 "incremental": False,
                 **learned,
                 "usage": self._books.usage(frozen, total(), fixed),
@@ -261,6 +268,11 @@ class CallDecision:
             self.summarizer, counter=counter, retry=self.retry, cache=self.cache,
             on_failure=self.on_summary_failure, window=self.budget.input_budget,
         )
+
+    def _calibrated(self, tokens: int, known: int | None) -> int:
+        """The provider's likely count of a request of ``tokens`` (ours): the calibrated
+        ``known`` figure when the request is the input it was made for."""
+        return known if known is not None else self.calibration.scaled(tokens)
 
     def _fixed_tokens(self, tools: Tools | None) -> int:
         """Tokens of the tool definitions, counted again only when their content changed

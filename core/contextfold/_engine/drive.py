@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from .._contract.policy import PolicyOutcome, PolicyRun, SummaryReply, SummaryRequest
+from .._policies.provider_native import ProviderRequest, performed
 from .ahead import Prepared
 
 __all__ = ["adrive", "afocused", "aprepared_outcome", "drive", "focused", "prepared_outcome"]
@@ -19,11 +20,13 @@ logger = logging.getLogger("contextfold")
 
 
 def drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> PolicyOutcome:
-    """Run a policy generator to completion, answering each request with ``answer``."""
+    """Run a policy generator to completion, answering each request with ``answer`` (a
+    provider call, with the call itself)."""
     try:
         request = next(run)
         while True:
-            request = run.send(answer(request))
+            request = run.send(performed(request) if isinstance(request, ProviderRequest)
+                               else answer(request))
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
         return outcome
@@ -36,7 +39,9 @@ async def adrive(
     try:
         request = next(run)
         while True:
-            request = run.send(await answer(request))
+            request = run.send(await asyncio.to_thread(performed, request)
+                               if isinstance(request, ProviderRequest)
+                               else await answer(request))
     except StopIteration as stop:
         outcome: PolicyOutcome = stop.value
         return outcome

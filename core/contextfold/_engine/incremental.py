@@ -4,7 +4,7 @@ When the next input extends the previous one, the previous output is the prefix 
 next: only the new messages need counting and checking, and the prefix stays byte-stable.
 
 The prefix's token figure is exact, or an upper bound when the call that made it sent a
-history it had no need to count (:func:`~contextfold._counting.counters.count_within`);
+history it had no need to count (:func:`~contextfold._counting.bounds.count_within`);
 a bound is tightened, by counting newest first, only when it crosses the trigger.
 """
 

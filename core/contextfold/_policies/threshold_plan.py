@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .._contract.policy import CompactionContext, Target, dropped_targets, on_read
-from .._counting.counters import token_bounds
+from .._counting.bounds import token_bounds
 from .._head_tail import HeadTail
 from .._lossless.references import handle_for
 from .._messages.model import Message

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from .._counting.counters import TokenCounter, head_over
+from .._counting.bounds import head_over
+from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .identifiers import head_and_tail, identifiers_of
 
