@@ -12,13 +12,19 @@ figures under ``contextfold.*``. Summaries also record the conventions' client m
 Whatever SDK and exporters the application configured receive them; without an SDK the API
 is a no-op, and without the package nothing here runs. Calls that need no compaction (the
 fast path) never reach this module, so they cost nothing more.
+
+Telemetry never fails what it observes: the SDK runs the application's span processors
+when a span starts and ends, outside any guard of its own (it contains only exporters'
+errors), so a processor that raises there leaves that pass without its span (or its end
+unrecorded), logged once, and the compaction or summary goes on.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -38,6 +44,9 @@ __all__ = [
 
 INSTRUMENTATION = "contextfold"
 """The instrumentation scope name of contextfold's tracer and meter."""
+
+logger = logging.getLogger("contextfold")
+_logged = False  # a failure of the application's telemetry was logged once at warning level
 
 
 @cache
@@ -77,16 +86,41 @@ def _metered() -> bool:
 
 @contextmanager
 def _started(name: str, attributes: dict[str, Any]) -> Iterator[Any]:
-    """The current span ``name`` while the block runs; ``None`` without OpenTelemetry."""
+    """The current span ``name`` while the block runs; ``None`` without OpenTelemetry, or
+    when the application's span processors raise as it starts. An error of the block is
+    recorded on the span and raised; an error of the processors as the span ends is not."""
     if not _available():
         yield None
         return
     from opentelemetry import trace
 
-    tracer = trace.get_tracer(INSTRUMENTATION)
-    with tracer.start_as_current_span(name, kind=trace.SpanKind.INTERNAL,
-                                      attributes=attributes) as span:
-        yield span
+    def start() -> Any:
+        return trace.get_tracer(INSTRUMENTATION).start_span(
+            name, kind=trace.SpanKind.INTERNAL, attributes=attributes)
+
+    span = _contained(start, "start")
+    if span is None:
+        yield None
+        return
+    try:
+        with trace.use_span(span, end_on_exit=False, record_exception=True,
+                            set_status_on_exception=True):
+            yield span
+    finally:
+        _contained(span.end, "end")
+
+
+def _contained(call: Callable[[], Any], what: str) -> Any:
+    """``call()``, or ``None`` when it raises (logged: once at warning level)."""
+    global _logged
+    try:
+        return call()
+    except Exception as exc:  # the application's span processors: never the caller's error
+        log = logger.debug if _logged else logger.warning
+        _logged = True
+        log("contextfold: OpenTelemetry raised as a span was to %s (%s: %s); going on "
+            "without it", what, type(exc).__name__, exc)
+        return None
 
 
 class CompactionSpan:

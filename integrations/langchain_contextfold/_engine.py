@@ -120,11 +120,12 @@ _OPENING = 4  # enough to reach the first prompt after a few system messages
 
 
 def usage_of(reply: BaseMessage | None) -> Usage | None:
-    """The usage a reply reports (``usage_metadata``), for calibration."""
+    """The usage a reply reports (``usage_metadata``), for calibration: the figures as
+    given (the call loop leaves out of calibration those that are not token counts)."""
     usage = getattr(reply, "usage_metadata", None)
     if not usage or not usage.get("input_tokens"):
         return None
-    return Usage(int(usage["input_tokens"]), int(usage.get("output_tokens") or 0) or None)
+    return Usage(usage["input_tokens"], usage.get("output_tokens"))
 
 
 def idle_reply(reason: str) -> AIMessage:

@@ -17,7 +17,6 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import StructuredTool
 
 from contextfold.errors import ConfigurationError
@@ -29,8 +28,6 @@ from contextfold.stores import (
     read_original_tool,
     search_tools,
 )
-
-from ._engine import thread_key
 
 __all__ = [
     "READ_ORIGINAL_GUIDANCE",
@@ -90,21 +87,18 @@ def compact_context_tool_for(source: Any) -> StructuredTool:
     to keep it word for word.
 
     ``source`` is the ``CompactionMiddleware`` or ``with_compaction`` model that serves the
-    agent. The request goes to the conversation of the run that calls the tool (its
-    ``thread_id``); a run that names no thread asks every conversation ``source`` holds.
+    agent. The request rides in the conversation itself (the tool's call and its result):
+    the next model call of that conversation, and of no other, compacts, with or without a
+    thread id.
     """
     engine = getattr(source, "engine", None)
     if engine is None or not hasattr(engine, "conversations"):
         raise ConfigurationError(
             "compact_context_tool_for takes the CompactionMiddleware or the with_compaction "
             f"model that serves the agent, got {type(source).__name__}")
+    spec = compact_context_tool()
 
-    def compact_context(config: RunnableConfig, focus: str = "") -> str:
-        key = thread_key(config)
-        loops = [engine.conversations.get(key)] if key is not None \
-            else engine.conversations.loops()
-        spec = compact_context_tool(
-            lambda f: [loop.compactor.request_compaction(f) for loop in loops])
+    def compact_context(focus: str = "") -> str:
         return json.dumps(spec(focus=focus), ensure_ascii=False)
 
     return StructuredTool.from_function(

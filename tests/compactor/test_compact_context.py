@@ -82,3 +82,41 @@ def test_the_report_states_the_cached_prefix_of_each_call() -> None:
         assert prefix["messages"] < prefix["previous_messages"]
         k = prefix["messages"]
         assert call.messages[:k] == list(calls[calls.index(call) - 1].messages[:k])
+
+
+def asked(history: list[cf.Message], focus: object, answer: dict[str, object] | None = None,
+          call_id: str = "cc-1") -> list[cf.Message]:
+    """``history`` after the agent called ``compact_context`` (its call and result)."""
+    spec = compact_context_tool()
+    result = spec(focus=focus) if answer is None else answer
+    call = cf.ToolCall(call_id, "compact_context", json.dumps({"focus": focus}))
+    return [*history, cf.Message(role="assistant", tool_calls=(call,)),
+            cf.Message(role="tool", content=json.dumps(result), tool_call_id=call_id,
+                       name="compact_context")]
+
+
+def test_the_call_in_the_conversation_is_the_request_served_once() -> None:
+    summarizer = ScriptedSummarizer(default="TASK: refund ORD-0042\nDATA: ORD-0042")
+    compactor = cf.Compactor(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER,
+                             summarizer=summarizer)
+    history = run(12)
+    assert compactor.compact(history).report.method == "none"
+    history = asked(history, "the refund for ORD-0042")
+    second = compactor.compact(history)
+    assert second.report.method != "none" and summarizer.requests
+    assert all("the refund for ORD-0042" in r.instructions for r in summarizer.requests)
+    again = compactor.compact(history)  # the same call: served already
+    assert again.report.method == "none"
+    # A later call of the tool is a new request.
+    later = asked([*history, cf.Message(role="assistant", content="Done.")], "", call_id="cc-2")
+    assert compactor.compact(later).report.method != "none"
+    assert compactor.compact(later).report.method == "none"
+
+
+@pytest.mark.parametrize("answer", [{"error": "focus must be a string"},
+                                    {"result": "compacted by someone else's tool"}],
+                         ids=["refused", "another-tool"])
+def test_a_call_the_tool_did_not_accept_asks_for_nothing(answer: dict[str, object]) -> None:
+    compactor = cf.Compactor(policy=cf.ThresholdPolicy(), budget=BUDGET, counter=COUNTER)
+    history = asked(run(12), 42, answer=answer)
+    assert compactor.compact(history).report.method == "none"

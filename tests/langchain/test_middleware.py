@@ -9,7 +9,13 @@ import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest, ModelResponse
 from langchain_core.exceptions import ContextOverflowError
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.tools import tool
 from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
 
@@ -290,7 +296,12 @@ def test_the_model_can_ask_for_a_compaction_with_a_focus() -> None:
     mw.wrap_model_call(request_for(history), handler)
     tool = compact_context_tool_for(mw)
     assert tool.name == "compact_context" and list(tool.args) == ["focus"]
-    assert "page 3" in tool.invoke({"focus": "what page 3 said"})
+    # The agent calls the tool: its call and result join the conversation.
+    call = {"name": "compact_context", "args": {"focus": "what page 3 said"}, "id": "cc"}
+    answer = tool.invoke({"focus": "what page 3 said"})
+    assert "page 3" in answer
+    history += [AIMessage("", tool_calls=[call]),
+                ToolMessage(answer, tool_call_id="cc", name="compact_context")]
     mw.wrap_model_call(request_for(history), handler)
     first, second = (handler.tokens(i) for i in range(2))
     assert second < first

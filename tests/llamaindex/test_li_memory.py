@@ -405,7 +405,13 @@ def test_the_model_can_ask_the_memory_for_a_compaction_with_a_focus() -> None:
     before = _tokens(memory.get())
     tool = compact_context_tool_for(memory)
     assert tool.metadata.name == "compact_context"
-    assert "question 2" in str(tool.call(focus="what question 2 asked"))
+    answer = str(tool.call(focus="what question 2 asked"))
+    assert "question 2" in answer
+    # The agent calls the tool: its call and result join the conversation.
+    memory.put(ChatMessage(role="assistant", blocks=[ToolCallBlock(
+        tool_call_id="cc", tool_name="compact_context",
+        tool_kwargs={"focus": "what question 2 asked"})]))
+    memory.put(ChatMessage(role="tool", content=answer, additional_kwargs={"tool_call_id": "cc"}))
     after = _tokens(memory.get())
     assert after < before
     assert [("what question 2 asked" in r.instructions) for r in summarizer.requests] == [True]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -57,6 +58,8 @@ __all__ = [
 
 F = TypeVar("F")  # the framework's message type
 R = TypeVar("R")  # what the framework's send returns
+
+logger = logging.getLogger("contextfold")
 
 SAFETY_MARGIN = 0.97
 """Share of a provider's stated limit a recompaction aims below (counters differ a little)."""
@@ -129,6 +132,11 @@ def with_stable_id(position: int, message: Message) -> Message:
     return _with_id(message, stable_id(position, message))
 
 
+def _whole(value: object) -> bool:
+    """A whole number of tokens >= 0 (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def opening_key(messages: Sequence[Message]) -> str:
     """A key for a call that names no conversation: its opening system messages and its
     first user message, when one is among ``messages`` (pass the first few).
@@ -192,6 +200,7 @@ class CallLoop(Generic[F]):
         self._counts: CountKeeper | None = (
             CountKeeper(self.store, self.key, compactor.counter)
             if persist and self.store is not None else None)
+        self._usage_logged = False  # an unusable usage report was logged for this conversation
 
     # -- state the adapters read ---------------------------------------------------------
 
@@ -353,12 +362,43 @@ class CallLoop(Generic[F]):
         The counter is left to the policy during a nudge streak (three nudged iterations go
         idle even when the model answers them); otherwise a reply resets it.
         """
-        if usage is not None and usage.input_tokens:
-            self.compactor.observe_usage(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens or None
-            )
+        figures = self._calibration(usage)
+        if figures is not None:
+            self.compactor.observe_usage(input_tokens=figures[0], output_tokens=figures[1])
         if not self.compactor.state.encouragement_count:
             self.compactor.record_response()
+
+    def _calibration(self, usage: Usage | None) -> tuple[int, int | None] | None:
+        """The input and output tokens of ``usage`` calibration takes, or ``None``.
+
+        The reply is paid for and reaches the caller whatever its usage says: a count that
+        is not a whole number >= 0 (-1, NaN, 1.5, a bool) is left out of calibration, and
+        logged once per conversation; 0 or ``None`` input tokens mean nothing was reported.
+        """
+        if usage is None or usage.input_tokens is None or usage.input_tokens == 0:
+            return None
+        given, output = usage.input_tokens, usage.output_tokens
+        if not _whole(given):
+            self._unusable(f"input_tokens={given!r}")
+            return None
+        if output is not None and not _whole(output):
+            self._unusable(f"output_tokens={output!r}")
+            output = None
+        return given, output or None
+
+    def _read_usage(self, read: Callable[[R], Usage | None], reply: R) -> Usage | None:
+        """``read(reply)``; ``None`` when the reader fails on what the reply reports."""
+        try:
+            return read(reply)
+        except Exception as exc:  # the reply is paid for: never lost to its usage report
+            self._unusable(f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _unusable(self, what: str) -> None:
+        log = logger.debug if self._usage_logged else logger.warning
+        self._usage_logged = True
+        log("contextfold: conversation %r: ignored a usage report calibration cannot take "
+            "(%s); the reply is returned as it came", self.key, what)
 
     # -- conversion and persistence --------------------------------------------------------
 
@@ -465,7 +505,7 @@ class CallLoop(Generic[F]):
             return idle(outcome.reason, self._idle_view(outcome))
         assert sent is not None  # the flow ends after a successful send
         if usage is not None:
-            self.delivered(usage(sent))
+            self.delivered(self._read_usage(usage, sent))
         return sent
 
     def _lower_budget(self, overflow: Overflow, sent: CompactionResult) -> None:

@@ -234,6 +234,7 @@ class Compactor(CallDecision):
         self._state = ConversationState()
         self._stalled: tuple[int, int] | None = None
         self._requested: str | None = None
+        self._asked_call: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
         self._prepared: Prepared | None = None
         self.calibration = Calibration()
@@ -297,7 +298,7 @@ class Compactor(CallDecision):
         self.calibration = Calibration()
         self._state = ConversationState()
         self._stalled = None
-        self._requested = None
+        self._requested = self._asked_call = None
 
     def settle(self, timeout: float | None = None) -> bool:
         """Wait for a compaction being prepared in a background thread to finish (tests, an
@@ -314,8 +315,9 @@ class Compactor(CallDecision):
         return prepared.future.done()
 
     def request_compaction(self, focus: str = "") -> None:
-        """Compact at the next call whatever the trigger says (the model asked for it with
-        the ``compact_context`` tool, or the application did).
+        """Compact at the next call whatever the trigger says (the application asks; the
+        model's ``compact_context`` call in the messages asks the same, see
+        :mod:`~contextfold._engine.controls`).
 
         Args:
             focus: what the compaction must keep above all; summaries made by that pass are

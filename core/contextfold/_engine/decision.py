@@ -42,6 +42,7 @@ from .._summaries.summarizer import AnySummarizer
 from ..errors import NoProgressError
 from .books import Books, shared_prefix
 from .calibration import Calibration
+from .controls import asked_compaction
 from .events import CompactionApplied, CompactionEvent, Listener, emit
 from .incremental import APPENDABLE, Plan, Prefix
 from .rebuild import RebuildMemo
@@ -73,6 +74,7 @@ class CallDecision:
     _state: ConversationState
     _stalled: tuple[int, int] | None
     _requested: str | None
+    _asked_call: str | None  # the last compact_context call this conversation served
     _tools_seen: tuple[str | None, int]
     _prefix: Prefix  # the previous input and output
     _known: int | None  # provider-reported input tokens of the previous output
@@ -88,6 +90,9 @@ class CallDecision:
         """Decide what this call works on; the result itself when a fast path applies (an
         extension under the trigger; with ``passes``, a valid input under it)."""
         started = time.perf_counter()
+        asked = asked_compaction(messages)
+        if asked is not None and asked.call_id != self._asked_call:
+            self._asked_call, self._requested = asked.call_id, asked.focus
         if force and self._stalled is not None:
             before, after = self._stalled
             raise NoProgressError(

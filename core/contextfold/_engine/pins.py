@@ -16,16 +16,25 @@ for all of them:
 
 When even that does not fit, the pinned messages take more room than the budget leaves:
 ``BudgetExceededError`` says how many tokens they hold.
+
+A policy's copy of a message (a cut, a placeholder) keeps the message's ``id``, which is
+how a pinned message's copy is found in the output and where a left-out group goes back.
+Ids come from frameworks and checkpoints and need not be unique: when messages share one,
+the policy runs on copies of them that each have an id of their own, and the output gets
+the caller's ids (and the caller's messages where the policy kept them) back. Otherwise a
+message sharing a pinned message's id (the latest answer) was taken for its copy and
+replaced by it: the answer vanished and the pin was sent twice.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .._contract.policy import CompactionContext, PolicyOutcome, PolicyRun
 from .._counting.counters import _shared_prefix
-from .._messages.model import Message
+from .._messages.model import Message, _with_id
 from .._messages.structure import Group, leading_system_count, split_groups
 from ..errors import BudgetExceededError
 
@@ -63,6 +72,19 @@ def keep_pinned(
                   else any(m.is_pinned for m in messages))
     if not pinned:
         return (yield from run(messages, context))
+    unique, origin = _own_ids(messages)
+    if not origin:
+        return (yield from _kept_pinned(run, messages, context))
+    outcome = yield from _kept_pinned(run, unique, context)
+    return _ids_given_back(outcome, unique, messages, origin)
+
+
+def _kept_pinned(
+    run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
+    messages: Sequence[Message], context: CompactionContext,
+) -> PolicyRun:
+    """:func:`keep_pinned` on ``messages`` that hold a pinned message, each with an id of
+    its own."""
     n_sys = leading_system_count(messages)
     groups = [g for g in split_groups(messages, n_sys) if any(m.is_pinned for m in g.messages)]
     state = context.state
@@ -88,6 +110,41 @@ def keep_pinned(
         targets=tuple(t for t in outcome.targets if t.index not in back),
         notes=outcome.notes, details={**outcome.details, "pinned_restored": len(groups)},
     )
+
+
+def _own_ids(messages: Sequence[Message]) -> tuple[Sequence[Message], dict[str, int]]:
+    """``messages`` with an id of its own for each message whose id an earlier one has,
+    and the position of each message given one (empty, and ``messages`` itself, when
+    every id is unique)."""
+    seen: set[str] = set()
+    origin: dict[str, int] = {}
+    unique: list[Message] | None = None
+    for i, m in enumerate(messages):
+        if m.id not in seen:
+            seen.add(m.id)
+            continue
+        if unique is None:
+            unique = list(messages)
+        own = uuid.uuid4().hex
+        unique[i] = _with_id(m, own)
+        origin[own] = i
+    return (messages if unique is None else unique), origin
+
+
+def _ids_given_back(
+    outcome: PolicyOutcome, unique: Sequence[Message], messages: Sequence[Message],
+    origin: dict[str, int],
+) -> PolicyOutcome:
+    """``outcome`` of a run on ``unique`` with the ids of ``messages``: the caller's own
+    message where the output kept one, a copy's id put back where the policy made one."""
+    if outcome.messages is unique:
+        return replace(outcome, messages=messages)
+    out = []
+    for m in outcome.messages:
+        i = origin.get(m.id)
+        out.append(m if i is None else messages[i] if m is unique[i]
+                   else _with_id(m, messages[i].id))
+    return replace(outcome, messages=out)
 
 
 def _too_big(groups: Sequence[Group], context: CompactionContext, needed: int

@@ -29,8 +29,8 @@ from typing import Any
 
 from .._contract.policy import Lineage
 from .._counting.counters import TokenCounter
+from .._lossless.ledger_payload import is_ledger
 from .._messages.model import Message
-from .._messages.prompt_kinds import LEDGER_SOURCE
 from .._messages.validation import NO_USER_NOTE, Validation, repair
 
 __all__ = ["RebuildMemo"]
@@ -111,7 +111,7 @@ class RebuildMemo:
         for i in range(self._indexed, len(view)):
             m = view[i]
             where.setdefault(m.fingerprint, []).append(i)
-            if m.source == LEDGER_SOURCE:
+            if is_ledger(m):
                 self._ledgers.append(i)
         self._indexed = len(view)
         found = set(self._ledgers)

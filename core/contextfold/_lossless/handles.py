@@ -19,7 +19,7 @@ from typing import Any
 
 from .._contract.policy import Target
 from .._messages.model import Message
-from .._messages.prompt_kinds import LEDGER_SOURCE
+from .ledger_payload import is_ledger
 from .references import handle_for
 
 __all__ = ["HANDLE_BLOCK", "Block", "HandleMemo", "with_handles"]
@@ -162,7 +162,7 @@ def with_handles(
         present = {id(m) for m in out}
         # Positions left out and not yet given a handle (a ledger is merged, not removed).
         left = [i for i, m in enumerate(view) if id(m) not in present]
-        skip: Collection[int] = handled | {i for i in left if view[i].source == LEDGER_SOURCE}
+        skip: Collection[int] = handled | {i for i in left if is_ledger(view[i])}
         runs = _runs(left, skip)
     else:
         runs = _gaps(len(view), {*kept, *handled})

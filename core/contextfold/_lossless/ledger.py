@@ -48,6 +48,7 @@ from .._summaries.identifiers import (
 from .._summaries.sections import Line
 from ..errors import BudgetExceededError
 from .handles import with_handles
+from .ledger_payload import LEDGER_META, is_ledger, payload_entries
 
 __all__ = [
     "LEDGER_HEADER",
@@ -62,7 +63,6 @@ LEDGER_HEADER = ("[Compaction ledger: what was taken out of view; read_original(
                  "returns the full text]")
 """The first line of the ledger message."""
 
-_META = "contextfold_ledger"
 _DECISION_WORDS = ("decided", "concluded", "agreed", "will do", "won't do", "determined",
                    "resolved", "confirmed")
 
@@ -111,8 +111,17 @@ class _Entry:
 
 def ledger_entries(message: Message) -> list[dict[str, Any]]:
     """The entries a ledger message holds (empty for any other message)."""
-    data = message.metadata.get(_META)
-    return list(data.get("entries", ())) if isinstance(data, dict) else []
+    return [e.as_dict() for e in _held_entries(message) or ()]
+
+
+def _held_entries(message: Message) -> tuple[_Entry, ...] | None:
+    """The entries of a ledger message (``None`` when it is not one: a payload of another
+    shape makes it ordinary content, :mod:`~contextfold._lossless.ledger_payload`)."""
+    raw = payload_entries(message)
+    if raw is None:
+        return None
+    return tuple(_Entry(e["key"], e["text"], e.get("handle"), e.get("uses", 0),
+                        tuple(e.get("values", ()))) for e in raw)
 
 
 def run_with_ledger(
@@ -140,8 +149,8 @@ def run_with_ledger(
     """
     if frozen:
         return (yield from _run_rolling(run, messages, context, ledger, frozen))
-    positions = [i for i, m in enumerate(messages) if not _is_ledger(m)]
-    previous = [m for m in messages if _is_ledger(m)]
+    positions = [i for i, m in enumerate(messages) if not is_ledger(m)]
+    previous = [m for m in messages if is_ledger(m)]
     rest = [messages[i] for i in positions] if previous else messages
     room = int(ledger.room(context) * share)
     if reserve:
@@ -207,10 +216,10 @@ def _run_rolling(
     outcome: PolicyOutcome = yield from run(messages, context)
     if outcome.messages is messages:
         return outcome
-    previous = [m for m in messages[:frozen] if _is_ledger(m)]
+    previous = [m for m in messages[:frozen] if is_ledger(m)]
     out = list(outcome.messages)
     targets = with_handles(messages, out, outcome.targets, context.counter)
-    known = {str(e.get("key")) for m in previous for e in ledger_entries(m)}
+    known = {e.key for m in previous for e in _held_entries(m) or ()}
     entries = [e for e in _merged((), _new_entries(messages, targets, ledger), out)
                if e.key not in known]
     count = context.counter.count_message
@@ -225,10 +234,6 @@ def _run_rolling(
                                              "room": room, "earlier_ledgers": len(previous)}}
     return PolicyOutcome(messages=out, method=outcome.method, targets=targets,
                          notes=outcome.notes, details=details)
-
-
-def _is_ledger(message: Message) -> bool:
-    return message.source == LEDGER_SOURCE and message.role == "user" and _META in message.metadata
 
 
 def _new_entries(
@@ -275,9 +280,7 @@ def _merged(previous: Sequence[Message], new: Sequence[_Entry],
     in_view = {value for m in kept if m.source != LEDGER_SOURCE for value in identifiers_of(m)}
     entries: dict[str, _Entry] = {}
     for message in previous:
-        for raw in ledger_entries(message):
-            entry = _Entry(str(raw["key"]), str(raw["text"]), raw.get("handle"),
-                           int(raw.get("uses", 0)), tuple(raw.get("values", ())))
+        for entry in _held_entries(message) or ():
             entries[entry.key] = entry
     for entry in new:
         entries.setdefault(entry.key, entry)
@@ -322,7 +325,7 @@ def _message(entries: Sequence[_Entry], shed: int) -> Message:
     if shed:
         lines.append(f"[{shed} older entries shed; the full history still holds them]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
-                   metadata={_META: {"entries": [e.as_dict() for e in entries],
+                   metadata={LEDGER_META: {"entries": [e.as_dict() for e in entries],
                                      "shed": shed}})
 
 

@@ -15,7 +15,9 @@ been evicted, :func:`read_original` answers that it expired and can no longer be
 The agent reads originals back with the ``read_original`` tool (:func:`read_original_tool`,
 wrapped by both adapters): the whole text, a window (``offset``/``limit`` characters) or
 the lines matching a regular expression. Reads are scoped to one conversation: a handle
-from another conversation is refused and its content never shown.
+from another conversation reads exactly as an unknown handle, even from a cache several
+conversations share (handles are content hashes: any other answer would confirm a guess
+about another conversation's content).
 """
 
 from __future__ import annotations
@@ -235,8 +237,6 @@ def _missing(cache: ReferenceCache | None, conversation_id: str | None, handle: 
         return (f"the original behind {handle} has expired: it was evicted from the in-memory "
                 f"reference cache (which keeps the last {cache.capacity} originals) and can no "
                 "longer be read back; search the history instead if a store is configured")
-    if cache is not None and cache.elsewhere(conversation_id, handle):
-        return f"refused: {handle} belongs to another conversation and cannot be read from here"
     return (f"no original with handle {handle} in this conversation (handles of other "
             "conversations cannot be read)")
 

@@ -21,7 +21,8 @@ class ReferenceCache:
     """Originals behind handles, in memory, least recently used evicted first.
 
     It has the store's ``put_original``/``get_original`` shape, scoped the same way by
-    conversation. Evicted handles are remembered (up to ``4 * capacity`` of them) so a read
+    conversation: nothing it answers about one conversation depends on what it holds for
+    another. Evicted handles are remembered (up to ``4 * capacity`` of them) so a read
     answers "expired" instead of "unknown". Thread-safe.
 
     Args:
@@ -79,12 +80,6 @@ class ReferenceCache:
     def expired(self, conversation_id: str | None, handle: str) -> bool:
         """True when this conversation's ``handle`` was evicted."""
         return (conversation_id or _NO_SCOPE, handle) in self._expired
-
-    def elsewhere(self, conversation_id: str | None, handle: str) -> bool:
-        """True when ``handle`` is held for a *different* conversation."""
-        scope = conversation_id or _NO_SCOPE
-        with self._lock:
-            return any(h == handle and c != scope for c, h in self._items)
 
     def clear(self) -> None:
         """Forget every original."""

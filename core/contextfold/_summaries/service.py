@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from .._config import Ge, Gt, check, check_fields
 from .._contract.policy import SummaryReply, SummaryRequest
 from .._counting.counters import EstimatingCounter, TokenCounter
-from .._provider_errors import error_kind
+from .._provider_errors import error_kind, overflow_of
 from .._telemetry import NO_SUMMARY_SPAN, SummarySpan, summary_span
 from ..errors import ConfigurationError, SummarizerError
 from .cache import SummaryCache
@@ -57,6 +57,7 @@ _PROMPT_OVERHEAD = 256  # the summary prompt's system text and transcript labels
 _DEFAULT_SUMMARY_TOKENS = 1_024  # room for the reply when the request gives no size
 _MIN_WINDOW = 512  # below this a split cannot leave room for a useful part
 _PUNCTUATION = ".,;:!?()[]{}<>\"'`*"
+_STATED_SHARE = 0.97  # of a window the model stated: counters differ a little between texts
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class SummaryService:
         self.cache = cache
         self.on_failure = on_failure
         self.window = window
+        self._stated: int | None = None  # the window the model stated, in our tokens
         self.llm_calls = 0
         """Calls to an LLM summarizer (the extractive one and cache hits excluded)."""
         self.counts = dict.fromkeys(
@@ -281,28 +283,37 @@ class SummaryService:
     def _summarize(
         self, request: SummaryRequest, depth: int, window: int | None = None
     ) -> _Flow[str]:
-        window = window or _window(self.summarizer, request) or self.window
+        """The summary of ``request``: split into parts when it does not fit ``window``
+        (the summarizer's, else the conversation's, never above what the model stated),
+        at once again below the window the model states when it rejects it as too long.
+        Raises :class:`_Failed` only (the whole request then falls back)."""
+        window = self._window_for(request, window)
         needed = self._input_tokens(request) + _reserve(request, window)
-        if window is None or depth >= _MAX_DEPTH or needed <= window:
-            try:
-                return (yield from self._attempts(request))
-            except _TooLong as too_long:
-                # The model's real window is smaller than assumed: split at once, no waiting.
-                self.counts["too_long"] += 1
-                smaller = min(window or needed, needed) // 2
-                if depth >= _MAX_DEPTH or smaller < _MIN_WINDOW:
-                    raise _Failed(request, too_long.error, 1) from None
-                return (yield from self._summarize(request, depth + 1, smaller))
-        room = window - _reserve(request, window)  # left for the input itself
-        parts = split_request(request, room, self.counter)
-        if len(parts) < 2:
+        if window is not None and depth < _MAX_DEPTH and needed > window:
+            room = window - _reserve(request, window)  # left for the input itself
+            parts = split_request(request, room, self.counter)
+            if len(parts) >= 2:
+                return (yield from self._parts(request, parts, depth, window))
+        try:
             return (yield from self._attempts(request))
+        except _TooLong as too_long:
+            # The model's real window is smaller than assumed: split at once, no waiting.
+            self.counts["too_long"] += 1
+            smaller = self._learned_window(too_long.error, request, needed, window)
+            if depth >= _MAX_DEPTH or smaller < _MIN_WINDOW:
+                raise _Failed(request, too_long.error, 1) from None
+            return (yield from self._summarize(request, depth + 1, smaller))
+
+    def _parts(
+        self, request: SummaryRequest, parts: list[SummaryRequest], depth: int, window: int,
+    ) -> _Flow[str]:
+        """Each part summarized (a part the model rejects is split in turn), then merged."""
         self.counts["splits"] += 1
         texts: list[str] = []
         for part in parts:
             cached = self._cache_get(part.cache_key)
             if cached is None:
-                cached = yield from self._attempts(part)
+                cached = yield from self._summarize(part, depth + 1, window)
                 self._cache_put(part.cache_key, cached)
             texts.append(cached)
         merged = merge_request(request, texts)
@@ -312,6 +323,29 @@ class SummaryService:
             raise _Failed(request, SummarizerError(
                 "the parts' summaries are no shorter than the parts themselves"), 1)
         return (yield from self._summarize(merged, depth + 1, window))
+
+    def _window_for(self, request: SummaryRequest, window: int | None) -> int | None:
+        """The window ``request`` must fit: ``window`` when a split chose it, else the
+        request's or summarizer's, else the conversation's; never above the window the
+        model stated when it rejected a request of this pass."""
+        window = window or _window(self.summarizer, request) or self.window
+        if self._stated is not None:
+            window = self._stated if window is None else min(window, self._stated)
+        return window
+
+    def _learned_window(self, error: BaseException, request: SummaryRequest, needed: int,
+                        window: int | None) -> int:
+        """The window below which to split ``request`` the model rejected: the limit its
+        error states, in our tokens (scaled by how its count of the request compares with
+        ours), kept for the rest of the pass; half the request when it states none."""
+        stated = overflow_of(error)
+        if stated is None or stated.limit is None:
+            return min(window or needed, needed) // 2
+        ours = max(self._input_tokens(request), 1)
+        ratio = max(1.0, (stated.prompt_tokens or ours) / ours)
+        learned = min(int(stated.limit / ratio * _STATED_SHARE), needed - 1)
+        self._stated = learned if self._stated is None else min(self._stated, learned)
+        return self._stated
 
     def _attempts(self, request: SummaryRequest) -> _Flow[str]:
         error: BaseException = SummarizerError("no attempt made")

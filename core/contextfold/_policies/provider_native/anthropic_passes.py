@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 from ..._config import Ge, check_fields
 from ..._contract.policy import CompactionContext, PolicyOutcome, PolicyRun, Target
-from ..._lossless.ledger import Ledger, _is_ledger
+from ..._lossless.ledger import Ledger
+from ..._lossless.ledger_payload import is_ledger
 from ..._lossless.references import handle_for
 from ..._messages.model import Message, OpaquePart
 from ..._messages.structure import leading_system_count
@@ -98,7 +99,7 @@ class AnthropicCompaction:
         lead = leading_system_count(messages)
         opening = next((i for i in range(lead, at) if messages[i].role == "user"), None)
         start = lead if opening is None else opening + 1
-        replaced = [i for i in range(start, at) if not _is_ledger(messages[i])]
+        replaced = [i for i in range(start, at) if not is_ledger(messages[i])]
         if not replaced:  # nothing between the opening request and the block
             return PolicyOutcome(messages=messages)
         block = messages[at] if messages[at].is_pinned else messages[at].pin()

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._contract.policy import CompactionContext, PolicyOutcome, PolicyRun, Target
-from ..._lossless.ledger import Ledger, _is_ledger
+from ..._lossless.ledger import Ledger
+from ..._lossless.ledger_payload import is_ledger
 from ..._lossless.references import handle_for
 from ..._messages.model import Message, OpaquePart
 from ..._messages.structure import leading_system_count
@@ -71,8 +72,8 @@ class OpenAIResponsesCompaction:
         if not context.force and not context.exceeds(messages, context.budget.trigger_tokens):
             return PolicyOutcome(messages=messages)
         lead = leading_system_count(messages)
-        previous = [m for m in messages[lead:] if _is_ledger(m)]
-        body = [m for m in messages[lead:] if not _is_ledger(m)]
+        previous = [m for m in messages[lead:] if is_ledger(m)]
+        body = [m for m in messages[lead:] if not is_ledger(m)]
         if not body:
             return PolicyOutcome(messages=messages)
         compact = self.compact
@@ -89,11 +90,11 @@ class OpenAIResponsesCompaction:
     def _outcome(self, messages: Sequence[Message], context: CompactionContext, lead: int,
                  previous: list[Message], compacted: list[Message]) -> PolicyOutcome:
         own = {(m.role, m.text): m for m in messages[lead:] if m.role == "user"
-               and not _is_ledger(m)}
+               and not is_ledger(m)}
         kept = [own.get((m.role, m.text), m) if m.role == "user" else m for m in compacted]
         present = {id(m) for m in kept}
         replaced = [i for i in range(lead, len(messages))
-                    if id(messages[i]) not in present and not _is_ledger(messages[i])]
+                    if id(messages[i]) not in present and not is_ledger(messages[i])]
         handle = handle_for([messages[i] for i in replaced]) if replaced else None
         count = context.counter.count_message
         targets = tuple(Target(i, messages[i].role, "summarized", count(messages[i]), 0,

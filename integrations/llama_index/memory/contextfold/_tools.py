@@ -137,8 +137,10 @@ def compact_context_tool_for(source: Any) -> FunctionTool:
     naming what must be kept above all (``focus``); that compaction's summaries are asked
     to keep it word for word.
 
-    ``source`` is the ``CompactingMemory`` (its conversation) or the ``CompactingLLM``
-    (every conversation it holds) that serves the agent, or a ``cf.Compactor``.
+    ``source`` is the ``CompactingMemory`` or ``CompactingLLM`` that serves the agent, or a
+    ``cf.Compactor``. The request rides in the conversation itself (the tool's call and its
+    result): the next compaction of that conversation, and of no other, honours it, however
+    many conversations ``source`` serves.
     """
     if not (isinstance(source, Compactor) or isinstance(getattr(source, "compactor", None),
                                                         Compactor)
@@ -146,15 +148,4 @@ def compact_context_tool_for(source: Any) -> FunctionTool:
         raise ConfigurationError(
             "compact_context_tool_for takes the CompactingMemory or CompactingLLM that serves "
             f"the agent, or a Compactor; got {type(source).__name__}")
-
-    def request(focus: str) -> None:
-        if isinstance(source, Compactor):
-            compactors = [source]
-        elif isinstance(getattr(source, "compactor", None), Compactor):
-            compactors = [source.compactor]
-        else:  # an LLM: every conversation it serves
-            compactors = [loop.compactor for loop in source.conversations.loops()]
-        for compactor in compactors:
-            compactor.request_compaction(focus)
-
-    return tool_from_spec(compact_context_tool(request))
+    return tool_from_spec(compact_context_tool())
