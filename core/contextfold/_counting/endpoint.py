@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from .._config import Ge, check
 from .._messages.model import Message
@@ -54,6 +54,21 @@ ANSWERS_KEPT = 65_536
 
 class _Failed(Exception):
     """A request that gave no usable count."""
+
+
+_Asked = TypeVar("_Asked")
+
+
+def _usable(ask: Callable[[_Asked], Any], what: _Asked) -> int:
+    """The endpoint's answer to ``ask(what)`` as a whole number of tokens; :class:`_Failed`
+    when the request raises or answers anything else (None, a string, NaN, a negative)."""
+    try:
+        answer = ask(what)
+    except Exception as exc:  # any client's error
+        raise _Failed(f"the request failed ({exc!r})") from exc
+    if not isinstance(answer, Integral) or isinstance(answer, bool) or answer < 0:
+        raise _Failed(f"it answered {answer!r}, not a whole number of tokens")
+    return int(answer)
 
 
 class EndpointCounter(_BaseCounter):
@@ -139,13 +154,7 @@ class EndpointCounter(_BaseCounter):
         if time.monotonic() < self._down_until:
             return self.fallback.count_tools(tools)
         try:
-            try:
-                answer = self._count_tools(tools)
-            except Exception as exc:  # any client's error
-                raise _Failed(f"the request failed ({exc!r})") from exc
-            if not isinstance(answer, Integral) or isinstance(answer, bool) or answer < 0:
-                raise _Failed(f"it answered {answer!r}, not a whole number of tokens")
-            return int(answer)
+            return _usable(self._count_tools, tools)
         except _Failed as failed:
             self._failed(failed)
             return self.fallback.count_tools(tools)
@@ -154,13 +163,7 @@ class EndpointCounter(_BaseCounter):
 
     def _request(self, text: str) -> int:
         """The endpoint's answer for ``text``; :class:`_Failed` when it gives none usable."""
-        try:
-            answer = self._count(text)
-        except Exception as exc:  # any client's error
-            raise _Failed(f"the request failed ({exc!r})") from exc
-        if not isinstance(answer, Integral) or isinstance(answer, bool) or answer < 0:
-            raise _Failed(f"it answered {answer!r}, not a whole number of tokens")
-        return int(answer)
+        return _usable(self._count, text)
 
     def _framing_tokens(self) -> int:
         if self._framing is None:
