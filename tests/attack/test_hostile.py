@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.errors import ContextfoldError
 from contextfold.testing import ScriptedSummarizer, assert_valid_within, histories, run_policy
+from kept_promises import assert_promises_kept
 
 EXAMPLES = int(os.environ.get("CONTEXTFOLD_ATTACK_EXAMPLES", "60"))
 # Hostile histories are large by design: Hypothesis warns when it prints one.
@@ -96,20 +95,6 @@ def _budget(history: list[cf.Message], share: float) -> cf.Budget:
     return cf.Budget(context_window=max(64, int(size * share)))
 
 
-def _snapshot(messages: list[cf.Message]) -> list[tuple[str, str]]:
-    return [(m.id, m.fingerprint) for m in messages]
-
-
-def _assert_promises(run: Callable[[], cf.CompactionResult], history: list[cf.Message],
-                     budget: cf.Budget, counter: cf.TokenCounter) -> None:
-    before = _snapshot(history)
-    try:
-        result = run()
-    except ContextfoldError:
-        pass  # a typed refusal is a kept promise
-    else:
-        assert_valid_within(result.messages, budget, counter)
-    assert _snapshot(history) == before, "the caller's messages changed"
 
 
 # -- every policy, hostile histories --------------------------------------------------------
@@ -122,7 +107,7 @@ def test_compact_keeps_its_promises_on_hostile_histories(
     index: int, history: list[cf.Message], share: float
 ) -> None:
     policy, budget = policies()[index], _budget(history, share)
-    _assert_promises(lambda: cf.compact(history, policy=policy, budget=budget,
+    assert_promises_kept(lambda: cf.compact(history, policy=policy, budget=budget,
                                         counter=COUNTER), history, budget, COUNTER)
 
 
@@ -136,7 +121,7 @@ def test_the_compactor_keeps_its_promises_step_by_step(
     compactor = cf.Compactor(policy, budget, COUNTER)
     for n in range(1, len(history) + 1, max(1, len(history) // 6)):
         step = history[:n]
-        _assert_promises(lambda step=step: compactor.compact(step), step, budget, COUNTER)
+        assert_promises_kept(lambda step=step: compactor.compact(step), step, budget, COUNTER)
 
 
 # -- hostile collaborators ----------------------------------------------------------------------
@@ -179,7 +164,7 @@ def test_hostile_summarizers_never_lose_history(
     summarizer = _summarizers()[summarizer_index]
     retry = cf.RetryPolicy(max_attempts=2, base_delay=0)
     compactor = cf.Compactor(policy, budget, COUNTER, summarizer, retry=retry)
-    _assert_promises(lambda: compactor.compact(history, force=True), history, budget, COUNTER)
+    assert_promises_kept(lambda: compactor.compact(history, force=True), history, budget, COUNTER)
 
 
 @ATTACK
@@ -192,7 +177,7 @@ def test_a_counter_that_is_not_additive_never_gets_an_output_over_budget(
     for policy in (cf.ThresholdPolicy(), cf.TruncationPolicy()):
         compactor = cf.Compactor(policy, budget, counter)
         for n in range(1, len(history) + 1):
-            _assert_promises(lambda n=n, c=compactor: c.compact(history[:n]), history[:n],
+            assert_promises_kept(lambda n=n, c=compactor: c.compact(history[:n]), history[:n],
                              budget, counter)
 
 
@@ -236,7 +221,7 @@ def test_a_lone_surrogate_goes_through_every_policy(policy: cf.Policy) -> None:
     history = [cf.Message("system", "s"), cf.Message("user", broken),
                cf.Message("assistant", broken), cf.Message("user", "and now?")]
     budget = cf.Budget(context_window=COUNTER.count_messages(history) // 2)
-    _assert_promises(lambda: cf.compact(history, policy=policy, budget=budget,
+    assert_promises_kept(lambda: cf.compact(history, policy=policy, budget=budget,
                                         counter=COUNTER), history, budget, COUNTER)
 
 

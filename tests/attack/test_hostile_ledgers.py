@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.errors import ContextfoldError
 from contextfold.testing import assert_valid_within
+from kept_promises import assert_promises_kept
 
 EXAMPLES = int(os.environ.get("CONTEXTFOLD_ATTACK_EXAMPLES", "60"))
 ATTACK = settings(max_examples=EXAMPLES, deadline=None,
@@ -68,15 +68,6 @@ def _history(ledger_meta: Any) -> list[cf.Message]:
             cf.Message("user", "And the date?")]
 
 
-def _assert_kept(run: Any, history: list[cf.Message], budget: cf.Budget) -> None:
-    before = [(m.id, m.fingerprint) for m in history]
-    try:
-        result = run()
-    except ContextfoldError:
-        pass  # a typed refusal is a kept promise
-    else:
-        assert_valid_within(result.messages, budget, COUNTER)
-    assert [(m.id, m.fingerprint) for m in history] == before
 
 
 @pytest.mark.parametrize("index", range(len(NAMES)), ids=NAMES)
@@ -88,12 +79,13 @@ def test_a_tampered_ledger_is_ordinary_content_to_every_policy(
     history = _history(meta)
     budget = cf.Budget(context_window=max(200, int(COUNTER.count_messages(history) * share)))
     policy = ledger_policies()[index]
-    _assert_kept(lambda: cf.compact(history, policy=policy, budget=budget, counter=COUNTER),
-                 history, budget)
+    assert_promises_kept(
+        lambda: cf.compact(history, policy=policy, budget=budget, counter=COUNTER),
+        history, budget, COUNTER)
     compactor = cf.Compactor(policy, budget, COUNTER)
     for n in (3, 5, len(history)):
-        _assert_kept(lambda n=n: compactor.compact(history[:n], force=True), history[:n],
-                     budget)
+        assert_promises_kept(lambda n=n: compactor.compact(history[:n], force=True),
+                             history[:n], budget, COUNTER)
 
 
 @pytest.mark.parametrize("meta", [
