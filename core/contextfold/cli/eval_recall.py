@@ -50,7 +50,7 @@ from .eval_identifiers import eval_identifiers
 from .transcripts import Transcript
 
 __all__ = ["CUT_SHARES", "OPENING_TURN", "Cut", "Prepared", "RecallRow", "SourceTally",
-           "cut_points", "evaluate_recall", "in_split", "memory_probes", "prepare",
+           "Split", "cut_points", "evaluate_recall", "in_split", "memory_probes", "prepare",
            "with_opening_turn", "written_text"]
 
 CUT_SHARES = (0.4, 0.5, 0.6, 0.7)
@@ -60,6 +60,7 @@ OPENING_TURN = "(The conversation begins.)"
 """The neutral user turn put before an assistant that speaks first."""
 
 Split = Literal["dev", "test", "all"]
+"""A fixed half of the transcripts (by name), or all of them."""
 
 
 def in_split(name: str, split: Split) -> bool:
