@@ -63,6 +63,13 @@ def test_the_rule_sees_what_code_and_customer_service_runs_write() -> None:
     assert "ReviewTokenStore" not in extract_identifiers(text)
 
 
+def test_a_quoted_key_is_a_schema_field_not_an_identifier() -> None:
+    arguments = '{"reservation_id": "ABC123", "payment_id": "gift_card_7"}'
+    assert eval_identifiers(arguments) == ["ABC123", "gift_card_7"]
+    # the same name written in prose is one
+    assert eval_identifiers("the reservation_id is wrong") == ["reservation_id"]
+
+
 def test_the_rule_is_stable_on_long_noisy_input() -> None:
     blob = "a" * 5000 + "_" + "B" * 5000
     assert eval_identifiers(blob) == []  # a blob is not something a model writes back

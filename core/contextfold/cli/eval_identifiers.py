@@ -14,7 +14,9 @@ in code and in customer service alike:
 * function and method names written as a call or a definition (``compact(``), when not a
   common builtin;
 * quoted values that are one token and not a plain word (``"JFK"``, ``'v2'``), the form of
-  a tool call's arguments.
+  a tool call's arguments. A quoted key (``"user_id":``) is never an identifier: it names a
+  field of a tool's schema, which the model writes from the tool definitions, not from
+  memory.
 
 Plain English words (lowercase or Capitalized letters only) never count, nor a short stop
 list of code noise (``self``, ``print``, ``true``...). The scan is one regular expression
@@ -103,6 +105,9 @@ def eval_identifiers(text: str) -> list[str]:
         start, stop = match.start(), match.end()
         before = text[start - 1] if start else ""
         after = text[stop] if stop < end else ""
+        quoted = before in "\"'" and before != "" and after == before and raw == token
+        if quoted and _next_visible(text, stop + 1) == ":":
+            continue  # a quoted key names a field of a schema, not a value to remember
         if _is_reference(token):
             found.setdefault(token, None)
             if "." in token:
@@ -116,10 +121,8 @@ def eval_identifiers(text: str) -> list[str]:
         elif after == "(" and raw == token and _is_call_name(token) and (
                 text[stop:stop + 3] != "(s)"):
             found.setdefault(token, None)  # a call or a definition: ``compact(``
-        elif (before in "\"'" and before and after == before and raw == token
-              and not _is_plain_word(token) and len(token) >= 3
-              and _next_visible(text, stop + 1) != ":"):
-            found.setdefault(token, None)  # a quoted value, not a quoted key
+        elif quoted and not _is_plain_word(token) and len(token) >= 3:
+            found.setdefault(token, None)  # a quoted value
     return list(found)
 
 

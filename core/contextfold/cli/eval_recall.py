@@ -49,9 +49,9 @@ from .eval import Contender, context_text
 from .eval_identifiers import eval_identifiers
 from .transcripts import Transcript
 
-__all__ = ["CUT_SHARES", "OPENING_TURN", "Cut", "Prepared", "RecallRow", "SourceTally",
-           "Split", "cut_points", "evaluate_recall", "in_split", "memory_probes", "prepare",
-           "with_opening_turn", "written_text"]
+__all__ = ["CUT_SHARES", "OPENING_TURN", "Cut", "CutResult", "Prepared", "RecallRow",
+           "SourceTally", "Split", "cut_points", "evaluate_recall", "in_split", "memory_probes",
+           "prepare", "score_cut", "with_opening_turn", "written_text"]
 
 CUT_SHARES = (0.4, 0.5, 0.6, 0.7)
 """Where the cuts fall, as shares of a transcript's messages."""
