@@ -1,5 +1,9 @@
 """Fidelity evaluation: what share of a transcript's facts survives compaction.
 
+The headline figure, *needed from memory* (what a later assistant message writes that only
+the compacted part held, at cuts mid-run), is measured in :mod:`.eval_recall`; this module
+holds the contender type and the older, call-by-call figures kept beside it.
+
 The probes are found independently of any summarizer: :func:`independent_identifiers`
 takes every token that looks like a reference (it holds a digit, ``@``, a slash, or joins
 words with ``_``) with rules of its own, not the extractor the extractive summary and the
