@@ -38,6 +38,7 @@ BAD: dict[str, dict[str, list[str]]] = {
         "--fractions": ["abc", "0", "-0.5", "1.5", "nan", "0.5,", ""],
         "--model": [],  # any name: an unknown model is counted by the character estimate
         "--limit": ["0", "-2", "x"],
+        "--split": ["x", "", "train"],
         "--json": ["{dir}", "{dir}/missing/rows.json"],
     },
     "bench": {
@@ -156,8 +157,9 @@ def test_eval_draws_its_progress_on_a_terminal(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(progress_module.sys, "stderr", terminal)
     monkeypatch.setattr(progress_module, "QUIET_SECONDS", 0.0)
     out = io.StringIO()
-    assert main(["eval", "sample:airline", "--no-peers", "--policies", "truncation,threshold"],
-                out=out) == 0
+    assert main(["eval", "sample:airline", "--no-peers", "--policies", "truncation,threshold",
+                 "--fractions", "0.5"], out=out) == 0
     drawn = terminal.getvalue()
-    assert "] 12/12" in drawn and "threshold: airline.json#5" in drawn
+    # 2 policies x 6 transcripts, once for the cuts and once for the call-by-call replay
+    assert "] 24/24" in drawn and "threshold: airline.json#5" in drawn
     assert "\r" not in out.getvalue()  # the table stays clean

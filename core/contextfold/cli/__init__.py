@@ -26,7 +26,8 @@ from ..errors import ConfigurationError, ContextfoldError
 from .progress import Progress
 
 if TYPE_CHECKING:
-    from .eval import Contender, Seen
+    from .eval import Contender, EvalRow, Seen
+    from .eval_recall import RecallRow
     from .transcripts import Transcript
 
 __all__ = ["POLICIES", "main", "policy_from_name"]
@@ -140,13 +141,17 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from .eval import evaluate, our_contender
     from .eval_peers import peer_contenders
+    from .eval_recall import evaluate_recall, in_split, prepare, with_opening_turn
     from .transcripts import generated_chats, load_transcripts
 
     transcripts = [t for path in args.transcripts for t in load_transcripts(path)]
     transcripts += generated_chats(args.chats, sessions=args.chat_sessions)
+    transcripts = [with_opening_turn(t) for t in transcripts if in_split(t.name, args.split)]
     if not transcripts:
         return _usage_error("eval", "nothing to evaluate: give transcript files (or "
-                            "sample:airline), --chats N, or both")
+                            "sample:airline), --chats N, or both"
+                            + (f" (none is in --split {args.split})" if args.split != "all"
+                               else ""))
     if args.limit:
         transcripts = transcripts[: args.limit]
     counter = _counter(args)
@@ -157,35 +162,73 @@ def _cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         peers, left_out = peer_contenders()
         contenders += peers
     fractions = args.fractions
-    progress = Progress(len(fractions) * len(contenders) * len(transcripts), "eval")
+    runs = len(fractions) * len(contenders) * len(transcripts)
+    progress = Progress(runs * (1 if args.recall_only else 2), "eval")
     try:
-        rows = evaluate(transcripts, [_reporting(c, progress) for c in contenders],
-                        fractions=fractions, counter=counter)
+        prepared = [prepare(t, counter) for t in transcripts]
+        recall = evaluate_recall(
+            prepared, contenders, fractions=fractions, counter=counter,
+            on_done=lambda c, p: progress.advance(f"{c.name}: {p.transcript.name}"))
+        rows = [] if args.recall_only else evaluate(
+            transcripts, [_reporting(c, progress) for c in contenders], fractions=fractions,
+            counter=counter)
     finally:
         progress.close()
-    out.write(f"{len(transcripts)} transcript(s); counter {counter.name}\n")
+    out.write(f"{len(transcripts)} transcript(s) (split {args.split}), "
+              f"{sum(len(p.cuts) for p in prepared)} cut(s), "
+              f"{len({p.source for p in prepared})} source(s); counter {counter.name}\n")
     for line in left_out:
         out.write(f"peer left out: {line}\n")
-    _print_table(
-        [(r.contender, "ours" if r.ours else "peer", f"{r.fraction:.0%}", f"{r.score:.1%}",
-          "n/a" if r.needed == 0 else f"{r.needed_score:.1%}",
-          "n/a" if r.gold == 0 else f"{r.gold_score:.1%}",
-          "n/a" if r.asked == 0 else f"{r.recall_score:.1%}",
-          "n/a" if not r.fills else f"{r.fill:.0%}", f"{r.recoverable_score:.1%}",
-          "n/a" if r.prefix_pairs == 0 else f"{r.cached_score:.1%}", f"{r.saved:.1%}",
-          r.over_budget, r.invalid, len(r.errors)) for r in rows],
-        ["contender", "", "allowance", "probes kept", "needed next", "gold kept",
-         "facts recalled", "context used", "recoverable", "cached prefix", "tokens saved",
-         "over budget", "invalid", "errors"], out)
-    for r in rows:
+    old = {(r.contender, r.fraction): r for r in rows}
+    _print_table([_eval_line(r, old.get((r.contender, r.fraction))) for r in recall],
+                 _EVAL_HEADERS[: None if rows else 8], out)
+    for r in recall:
         for e in r.errors[:3]:
             out.write(f"  {r.contender}: {e}\n")
+    for o in rows:
+        for e in o.errors[:3]:
+            out.write(f"  {o.contender}: {e}\n")
     if args.json:
-        summary = [r.__dict__ | {"score": r.score, "fill": r.fill, "recall": r.recall_score,
-                                 "recoverable_share": r.recoverable_score,
-                                 "cached_prefix": r.cached_score} for r in rows]
+        summary = [{"contender": r.contender, "ours": r.ours, "fraction": r.fraction,
+                    "needed_from_memory": r.to_dict()}
+                   | (_old_figures(old[(r.contender, r.fraction)]) if rows else {})
+                   for r in recall]
         args.json.write_text(json.dumps(summary, indent=2, default=str))
     return 0
+
+
+_EVAL_HEADERS = ["contender", "", "allowance", "from memory", "memory recoverable",
+                 "tokens used", "within", "oracle", "probes kept", "needed next", "gold kept",
+                 "facts recalled", "context used", "recoverable", "cached prefix",
+                 "tokens saved", "over budget", "invalid", "errors"]
+
+
+def _pct(value: float) -> str:
+    return "n/a" if value != value else f"{value:.1%}"
+
+
+def _eval_line(r: RecallRow, o: EvalRow | None) -> list[Any]:
+    """One table line: the needed-from-memory figures, then the older ones when run."""
+    line: list[Any] = [r.contender, "ours" if r.ours else "peer", f"{r.fraction:.0%}",
+                       _pct(r.figure("in_view")), _pct(r.figure("recoverable")),
+                       _pct(r.figure("tokens_used")), _pct(r.figure("within")),
+                       _pct(r.figure("oracle"))]
+    if o is None:
+        return line
+    return [
+        *line, f"{o.score:.1%}", "n/a" if o.needed == 0 else f"{o.needed_score:.1%}",
+        "n/a" if o.gold == 0 else f"{o.gold_score:.1%}",
+        "n/a" if o.asked == 0 else f"{o.recall_score:.1%}",
+        "n/a" if not o.fills else f"{o.fill:.0%}", f"{o.recoverable_score:.1%}",
+        "n/a" if o.prefix_pairs == 0 else f"{o.cached_score:.1%}", f"{o.saved:.1%}",
+        o.over_budget, o.invalid, len(o.errors)]
+
+
+def _old_figures(o: EvalRow) -> dict[str, Any]:
+    """The older figures of a row, as the JSON carried them before."""
+    return {k: v for k, v in o.__dict__.items() if k not in ("contender", "ours", "fraction")
+            } | {"score": o.score, "fill": o.fill, "recall": o.recall_score,
+                 "recoverable_share": o.recoverable_score, "cached_prefix": o.cached_score}
 
 
 def _reporting(contender: Contender, progress: Progress) -> Contender:
@@ -278,9 +321,15 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--policies", type=comma_list(POLICIES),
                    default="threshold,tiered,truncation,turn-aware",
                    help=f"comma-separated, from: {', '.join(POLICIES)} (default: %(default)s)")
-    e.add_argument("--fractions", type=fraction_list, default="0.5",
-                   help="allowances as shares of each transcript, above 0 and at most 1, "
-                   "comma-separated (default: %(default)s)")
+    e.add_argument("--fractions", type=fraction_list, default="0.5,0.25",
+                   help="allowances: the system prompt plus this share of the rest, above 0 "
+                   "and at most 1, comma-separated (default: %(default)s)")
+    e.add_argument("--split", choices=("dev", "test", "all"), default="all",
+                   help="a fixed half of the transcripts by the hash of their names: dev to "
+                   "tune on, test to report (default: %(default)s)")
+    e.add_argument("--recall-only", action="store_true",
+                   help="only the needed-from-memory figures (skips the call-by-call replay "
+                   "the older columns need; several times faster)")
     e.add_argument("--model", default=None, help="model name for the counter")
     e.add_argument("--limit", type=int_in(1), help="at most this many transcripts")
     e.add_argument("--no-peers", action="store_true", help="our policies only")

@@ -1,5 +1,9 @@
 """Fidelity evaluation: what share of a transcript's facts survives compaction.
 
+The headline figure, *needed from memory* (what a later assistant message writes that only
+the compacted part held, at cuts mid-run), is measured in :mod:`.eval_recall`; this module
+holds the contender type and the older, call-by-call figures kept beside it.
+
 The probes are found independently of any summarizer: :func:`independent_identifiers`
 takes every token that looks like a reference (it holds a digit, ``@``, a slash, or joins
 words with ``_``) with rules of its own, not the extractor the extractive summary and the
@@ -77,9 +81,18 @@ class Seen:
     """The originals reachable from the handles in a context's text (none for peers)."""
 
 
+def _no_originals(text: str) -> str:
+    """A peer keeps no originals: nothing is reachable beyond what it keeps in view."""
+    return ""
+
+
 Contexts = Callable[[Transcript, int, TokenCounter, Sequence[int]], Seen]
 """(transcript, allowance, counter, history lengths) -> the context sent at each of those
 calls (a call with the history ``messages[:n]``)."""
+
+AtCut = Callable[[Transcript, int, TokenCounter], tuple[list[Message], Callable[[str], str]]]
+"""(a transcript cut mid-run, allowance, counter) -> (the context one compaction of it
+sends, the originals reachable from the handles in a text)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,17 @@ class Contender:
     contexts: Contexts | None = None
     """The context at several calls in one run; by default :attr:`compact` on each call's
     history."""
+    at_cut: AtCut | None = None
+    """One compaction of a history cut mid-run (the needed-from-memory metric); by default
+    :attr:`compact` on it, with no originals."""
+
+    def compact_cut(self, transcript: Transcript, allowance: int, counter: TokenCounter
+                    ) -> tuple[list[Message], Callable[[str], str]]:
+        """The context this contender sends for ``transcript`` (a history cut mid-run) at
+        ``allowance``, and the originals its handles reach."""
+        if self.at_cut is not None:
+            return self.at_cut(transcript, allowance, counter)
+        return self.compact(transcript, allowance, counter), _no_originals
 
     def contexts_at(self, transcript: Transcript, allowance: int, counter: TokenCounter,
                     cuts: Sequence[int]) -> Seen:
@@ -334,7 +358,24 @@ def our_contender(
         found[len(transcript.messages)] = result.final_messages
         return Seen(found, lambda text: recoverable_text(store, transcript.name, text))
 
-    return Contender(name=name, compact=run, ours=True, contexts=contexts)
+    def at_cut(transcript: Transcript, allowance: int, counter: TokenCounter
+               ) -> tuple[list[Message], Callable[[str], str]]:
+        from .._engine.compactor import Compactor
+        from .._stores.memory import MemoryStore
+
+        # One compaction of the whole cut history, as an agent loop's compactor would run
+        # at that call once the history passed the trigger.
+        store = MemoryStore()
+        compactor = Compactor(
+            policy=make_policy(), budget=Budget(context_window=allowance, trigger=1.0,
+                                                target=0.9),
+            counter=counter, summarizer=summarizer, store=store,
+            conversation_id=transcript.name,
+        )
+        sent = compactor.compact(list(transcript.messages)).messages
+        return sent, lambda text: recoverable_text(store, transcript.name, text)
+
+    return Contender(name=name, compact=run, ours=True, contexts=contexts, at_cut=at_cut)
 
 
 def evaluate(

@@ -44,6 +44,9 @@ class Transcript:
     asked: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """Facts the conversation asks for: for the model call that writes message ``n`` (the
     history ``messages[:n]``), the values its answer needs (generated chats)."""
+    source: str = ""
+    """The file or data set it came from (figures are averaged per source); empty means
+    the part of :attr:`name` before ``#``."""
 
 
 def _is_anthropic(messages: Sequence[Any], record: Mapping[str, Any] | None) -> bool:
@@ -112,8 +115,10 @@ def _convert(raw: Any, record: Mapping[str, Any] | None, path: str, position: st
 
 
 def _from_record(record: Any, path: str, position: str, name: str) -> Transcript:
+    source = name.split("#")[0]
     if isinstance(record, list):
-        return Transcript(name=name, messages=_convert(record, None, path, position))
+        return Transcript(name=name, messages=_convert(record, None, path, position),
+                          source=source)
     if not isinstance(record, Mapping):
         raise TranscriptError("expected a message list or an object with 'messages'",
                               path=path, position=position)
@@ -127,6 +132,7 @@ def _from_record(record: Any, path: str, position: str, name: str) -> Transcript
         messages=_convert(raw, record, path, position),
         tools=list(tools) if isinstance(tools, list) else [],
         gold_values=_gold_values(record),
+        source=source,
     )
 
 
@@ -188,5 +194,5 @@ def generated_chats(count: int, *, seed: int = 0, sessions: int = 12) -> list[Tr
     from .._chats import generate_chat
 
     chats = [(s, generate_chat(s, sessions=sessions)) for s in range(seed, seed + count)]
-    return [Transcript(name=f"chat#{s}", messages=c.messages, asked=c.questions)
-            for s, c in chats]
+    return [Transcript(name=f"chat#{s}", messages=c.messages, asked=c.questions,
+                       source="generated chats") for s, c in chats]
