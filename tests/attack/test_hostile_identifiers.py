@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._summaries import identifiers
+from contextfold._identifiers import values as identifiers
 from contextfold.policy import SummaryRequest
 from contextfold.testing import assert_valid_within
 

@@ -36,15 +36,15 @@ from .._contract.policy import (
     PolicyRun,
     Target,
 )
-from .._messages.model import Message
-from .._messages.prompt_kinds import LEDGER_SOURCE
-from .._messages.structure import leading_system_count, split_groups
-from .._summaries.identifiers import (
+from .._identifiers.values import (
     extract_identifiers,
     field_values,
     identifiers_of,
     leading_identifiers,
 )
+from .._messages.model import Message
+from .._messages.prompt_kinds import LEDGER_SOURCE
+from .._messages.structure import leading_system_count, split_groups
 from .._summaries.sections import Line
 from ..errors import BudgetExceededError
 from .handles import with_handles
