@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._identifiers import names
 from contextfold._identifiers import values as identifiers
 from contextfold.policy import SummaryRequest
 from contextfold.testing import assert_valid_within
@@ -195,3 +196,19 @@ def test_the_extractive_summary_of_a_hostile_page() -> None:
     request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=400)
     summary = cf.ExtractiveSummarizer().summarize(request)
     assert "REF-7Q2K-0005" in summary and "#KT-9284" in summary
+
+
+@pytest.mark.parametrize("shape", sorted(HOSTILE))
+def test_names_of_a_hostile_token_are_scanned_once(
+    shape: str, record_property: Callable[[str, object], None],
+) -> None:
+    text = HOSTILE[shape](250_000)
+    started = time.perf_counter()
+    found = names.names_in(text)
+    record_property("scan_seconds", round(time.perf_counter() - started, 3))
+    assert len(found) == len(set(found)) and all(value in text for value in found)
+
+
+def test_the_names_pattern_has_no_unbounded_repeat() -> None:
+    assert _unbounded_repeats(names._NAMES.pattern) == 0
+    assert _unbounded_repeats(names._CALLED.pattern) == 0

@@ -23,7 +23,7 @@ from itertools import islice
 from .._messages.model import Message
 
 __all__ = ["SCAN_CHARS", "extract_identifiers", "head_and_tail", "identifiers_of",
-           "leading_identifiers", "message_identifiers", "scanned_text"]
+           "leading_identifiers", "message_identifiers", "pieces", "scanned_text"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -149,6 +149,19 @@ def _windows(text: str) -> Iterator[tuple[int, int]]:
             at = run.end()
         if at < end:
             yield at, end
+
+
+def pieces(text: str) -> Iterator[tuple[int, int]]:
+    """The spans of ``text`` between its runs of identifier characters longer than
+    ``_LONG`` (the whole text when it has none): what a linear scan for names reads."""
+    at = 0
+    if len(text) > _LONG:
+        for run in _LONG_RUN.finditer(text):
+            if run.start() > at:
+                yield at, run.start()
+            at = run.end()
+    if at < len(text):
+        yield at, len(text)
 
 
 def _merged_windows(text: str) -> Iterator[tuple[int, int]]:
