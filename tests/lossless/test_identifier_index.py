@@ -43,9 +43,10 @@ def test_a_json_key_is_not_a_quoted_value() -> None:
 def test_tool_call_values_are_names_of_the_call() -> None:
     call = cf.ToolCall("c1", "update_reservation",
                        json.dumps({"reservation_id": "SDZQKO", "cabin": "business",
-                                   "passengers": [{"first_name": "Omar"}], "count": 2}))
+                                   "passengers": [{"first_name": "Omar"}], "count": 2,
+                                   "amount": 1204}))
     message = cf.Message("assistant", "", tool_calls=(call,))
-    assert argument_values(call.arguments) == ["SDZQKO", "business", "Omar", "2"]
+    assert argument_values(call.arguments) == ["SDZQKO", "business", "Omar", "1204"]
     assert {"SDZQKO", "business", "Omar"} <= set(names_of(message))
     assert argument_values("not json") == []
 

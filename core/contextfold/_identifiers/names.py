@@ -35,7 +35,8 @@ _NAMES = re.compile(
     rf"(?P<dotted>\b{_WORD}(?:\.{_WORD}){{1,8}}\b(?!\.\w))"
     r"|(?P<camel>\b(?:[A-Z][a-z0-9]{1,32}+|[a-z][a-z0-9]{0,32}+)(?:[A-Z][a-z0-9]{0,32}+){1,12}\b)"
     r"|(?P<snake>\b_{0,2}[A-Za-z][A-Za-z0-9]{0,32}+(?:_[A-Za-z0-9]{1,32}+){1,12}\b)"
-    r"|(?P<number>(?<![\d.,])\b\d{4,64}+\b(?![.,]\d))"
+    # a number on its own (not a piece of "REF-AB01-0001", "1.5" or "12:30")
+    r"|(?P<number>(?<![\w.,/:#$-])\d{4,64}+(?![\w/:-]|[.,]\d))"
     r"|(?P<quoted>[\"'`](?P<value>[^\"'`\\\s:,{}\[\]()][^\"'`\\\n]{0,62}+)[\"'`](?![ \t]{0,8}+:))"
     r")"
 )
@@ -92,9 +93,10 @@ def _names_of(message: Message) -> tuple[str, ...]:
 
 
 def argument_values(arguments: str, limit: int = 64) -> list[str]:
-    """The scalar values of a tool call's JSON arguments (strings of 2 to 64 characters,
-    numbers as written), in order; ``[]`` when the arguments are not JSON. These are what a
-    run acted on and writes again: the reservation it changed, the file it opened."""
+    """The scalar values of a tool call's JSON arguments (strings and numbers of 2 to 64
+    characters, numbers as written), in order; ``[]`` when the arguments are not JSON.
+    These are what a run acted on and writes again: the reservation it changed, the file
+    it opened."""
     if len(arguments) > 64_000 or arguments.lstrip()[:1] not in ("{", "["):
         return []
     try:
@@ -118,6 +120,7 @@ def _scalars(data: object, limit: int) -> Iterator[str]:
             if 2 <= len(value) <= limit and "\n" not in value:
                 taken += 1
                 yield value
-        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) \
+                and len(str(item)) >= 2:
             taken += 1
             yield str(item)

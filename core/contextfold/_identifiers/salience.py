@@ -26,7 +26,7 @@ from .._messages.model import Message
 from .names import argument_values, names_in, names_of
 from .values import extract_identifiers, field_values, identifiers_of
 
-__all__ = ["identifiers_and_names", "salience", "written_in_calls"]
+__all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls"]
 
 _PLACE = {"call": 4.0, "user": 3.0, "assistant": 2.0, "tool": 1.0, "system": 0.5}
 """The score of an identifier by the most telling place it was written."""
@@ -40,13 +40,15 @@ def identifiers_and_names(message: Message) -> tuple[str, ...]:
 
 
 def written_in_calls(message: Message) -> tuple[str, ...]:
-    """What ``message`` wrote into its tool calls' arguments."""
-    found: dict[str, None] = {}
-    for call in message.tool_calls:
-        for value in (*argument_values(call.arguments), *field_values(call.arguments),
-                      *extract_identifiers(call.arguments), *names_in(call.arguments)):
-            found.setdefault(value, None)
-    return tuple(found)
+    """What ``message`` wrote into its tool calls' arguments (computed once)."""
+    return message.derived("written_in_calls", lambda m: tuple(dict.fromkeys(
+        v for call in m.tool_calls for v in written_in(call.arguments))))
+
+
+def written_in(arguments: str) -> tuple[str, ...]:
+    """What one tool call's ``arguments`` hold: its values, identifiers and names."""
+    return tuple(dict.fromkeys((*argument_values(arguments), *field_values(arguments),
+                                *extract_identifiers(arguments), *names_in(arguments))))
 
 
 def salience(messages: Sequence[Message] | Iterable[Message]) -> dict[str, float]:
