@@ -114,8 +114,12 @@ class _Entry:
     values: tuple[str, ...] = ()  # the identifiers it records
 
     def what(self) -> str:
-        """What the entry records, in short: a call's tool name, else its text."""
-        return self.key.split(":", 2)[1] if self.key.startswith("call:") else str(self.text)
+        """What the entry records, in short: a call's tool name, "user" for a request (its
+        identifiers say more per token than its words), a decision's sentence."""
+        kind, _, rest = self.key.partition(":")
+        if kind == "call":
+            return rest.partition(":")[0]
+        return "user" if kind == "user" else str(self.text)
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "text": str(self.text), "handle": self.handle,
@@ -274,31 +278,36 @@ def ledger_beside(
 
 def _wanted(messages: Sequence[Message], context: CompactionContext) -> int:
     """About the tokens an index of what compaction will take out of ``messages`` needs:
-    the distinct identifiers of the oldest messages past the target (those a policy
-    compacts first), less those the rest still shows, with a handle per message."""
+    the distinct identifiers of the messages older than the newest ones that fill the
+    target (those a policy compacts first), less those the newer ones still show, with a
+    handle per message. Only those newer messages are counted (a long history's older part
+    is scanned, never counted), and the list only as far as the largest room."""
     count = context.counter.count_message
-    sizes = [count(m) for m in messages]
-    over = sum(sizes) - context.budget.target_tokens
-    if over <= 0:
-        return 0
+    target = context.budget.target_tokens
     start = leading_system_count(messages)
-    taken, end = 0, start
-    while end < len(messages) and taken < over:
-        taken += sizes[end]
-        end += 1
+    end, kept = len(messages), sum(count(m) for m in messages[:start])
+    while end > start and kept < target:
+        end -= 1
+        kept += count(messages[end])
+    if end <= start:
+        return 0
     later = {v for m in messages[end:] for v in identifiers_and_names(m)}
+    most = 4 * max(target, 1)  # characters: beyond them, the room is at its largest
     values: dict[str, None] = {}
-    lines = 0
+    chars = lines = 0
     for m in messages[start:end]:
+        if chars > most:
+            break
         if is_ledger(m):
             continue
         lines += 1
         for v in identifiers_and_names(m):
-            if v not in later:
-                values.setdefault(v, None)
+            if v not in later and v not in values:
+                values[v] = None
+                chars += len(v) + 2
     if not values:
         return 0
-    return context.counter.count_text("; ".join(values)) + 14 * lines
+    return context.counter.count_text("; ".join(values)) + 4 * lines
 
 
 def _new_entries(
