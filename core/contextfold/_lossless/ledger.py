@@ -431,18 +431,20 @@ def _fit(
         return _Fitted(None)
     shown = ranks.shown(entries)
     fits = context.counter.count_message
+    searchable = context.store is not None
     full = _message(entries, shown, 0, 0)
     if fits(full) <= room:
         return _Fitted(full)
     by_salience = sorted(((ranks.score(v), -k, n) for k, values in enumerate(shown)
                           for n, v in enumerate(values)))
-    bare = _message(entries, [[] for _ in entries], 0, len(by_salience))
+    bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable)
     if fits(bare) <= room:
         low, high = 1, len(by_salience)  # the fewest left out that fit
         best, best_out = bare, len(by_salience)
         while low <= high:
             middle = (low + high) // 2
-            message = _message(entries, _without(shown, by_salience[:middle]), 0, middle)
+            message = _message(entries, _without(shown, by_salience[:middle]), 0, middle,
+                               searchable)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
@@ -453,8 +455,9 @@ def _fit(
 
 def _without(shown: list[list[str]], dropped: Sequence[tuple[float, int, int]]
              ) -> list[list[str]]:
-    gone = {(-k, n) for _, k, n in dropped}
-    return [[v for n, v in enumerate(values) if (-k, n) not in gone]
+    """``shown`` less the ``dropped`` identifiers ((score, -entry, position) each)."""
+    gone = {(-negated, n) for _, negated, n in dropped}
+    return [[v for n, v in enumerate(values) if (k, n) not in gone]
             for k, values in enumerate(shown)]
 
 
@@ -464,7 +467,8 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
     counted once each (about what they add to their handle's line), from the last to be
     shed, only until they fill the room; the message is counted once it should fit."""
     count = context.counter.count_text
-    frame = context.counter.count_message(_message([], [], 1, identifiers))
+    searchable = context.store is not None
+    frame = context.counter.count_message(_message([], [], 1, identifiers, searchable))
     order = sorted(range(len(entries)),
                    key=lambda k: (entries[k].key in fresh, entries[k].uses, k))
     total, shed = frame, len(entries)
@@ -476,7 +480,7 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
     while shed < len(entries):
         dropped = set(order[:shed])
         kept = [e for k, e in enumerate(entries) if k not in dropped]
-        message = _message(kept, [[] for _ in kept], shed, identifiers)
+        message = _message(kept, [[] for _ in kept], shed, identifiers, searchable)
         if context.counter.count_message(message) <= room:
             return _Fitted(message, shed, identifiers)
         shed += 1  # the per-line estimate was a little short
@@ -484,7 +488,7 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
 
 
 def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
-             left_out: int) -> Message:
+             left_out: int, searchable: bool = False) -> Message:
     """The ledger message: one line per handle (what its original holds, in short, and
     the identifiers shown for it), in the order of the conversation."""
     groups: dict[str | int, tuple[str | None, dict[str, int], list[str]]] = {}
@@ -495,11 +499,13 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
         listed.extend(values)
     lines = [LEDGER_HEADER, *(_line(handle, whats, listed)
                               for handle, whats, listed in groups.values())]
+    # With a store, the search tools (search_messages) find what is left out by its text.
+    found = "; search_messages finds them in the stored history" if searchable else ""
     if left_out and not shed:
         lines.append(f"[{left_out} less salient identifiers left out of these lines; "
-                     "each handle's original still holds them]")
+                     f"each handle's original still holds them{found}]")
     if shed:
-        lines.append(f"[{shed} older entries shed; the full history still holds them]")
+        lines.append(f"[{shed} older entries shed; the full history still holds them{found}]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
                    metadata={LEDGER_META: {"entries": [e.as_dict() for e in entries],
                                            "shed": shed}})
