@@ -193,8 +193,12 @@ def run_with_ledger(
         inner = _target_lowered(replace(context, fixed_tokens=context.fixed_tokens + held),
                                 min(room, share_of_budget) - held)
         outcome = yield from run(rest, inner)
-        left = context.available - context.counter.count_messages(outcome.messages)
-        room = max(0, min(room, left))
+        used = context.counter.count_messages(outcome.messages)
+        left = context.available - used
+        # Past its share, the ledger grows only under the target: it never takes an
+        # output over the target that its share alone would have left under it.
+        under_target = context.budget.target_tokens - context.fixed_tokens - used
+        room = max(0, min(room, left, max(int(ledger.room(context) * share), under_target)))
     if outcome.messages is rest:
         return PolicyOutcome(messages=messages, method=outcome.method, notes=outcome.notes,
                              details=outcome.details)
