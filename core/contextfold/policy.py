@@ -34,6 +34,7 @@ from ._contract.policy import (
     Target,
 )
 from ._head_tail import HeadTail, truncate_head_tail
+from ._identifiers.values import extract_identifiers
 from ._lossless.references import HANDLE_RE, handle_for, handle_text
 from ._messages.model import ContentPart, OpaquePart, Role
 from ._messages.prompt_kinds import prompt_kind
@@ -51,7 +52,6 @@ from ._policies.importance import ImportanceScore, score_importance
 from ._policies.learning import LearnedImportance, learning_of
 from ._policies.prompt_source import NudgeConfig
 from ._policies.simple import SimplePolicy
-from ._summaries.identifiers import extract_identifiers
 
 __all__ = [
     "HANDLE_RE",

@@ -10,8 +10,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold._summaries import identifiers
-from contextfold._summaries.identifiers import message_identifiers
+from contextfold._identifiers import values as identifiers
+from contextfold._identifiers.values import message_identifiers
 from contextfold.policy import SummaryRequest, extract_identifiers
 from contextfold.testing import generate_history, histories
 from trace_sets import TraceSet

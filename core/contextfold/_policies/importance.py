@@ -29,8 +29,8 @@ from datetime import datetime, timezone
 from typing import Annotated
 
 from .._config import Ge, check_fields, config_error
+from .._identifiers.values import head_and_tail, scanned_text
 from .._messages.model import Message
-from .._summaries.identifiers import head_and_tail, scanned_text
 
 __all__ = [
     "ImportanceScore",

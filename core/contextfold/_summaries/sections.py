@@ -21,8 +21,8 @@ from typing import Any
 
 from .._counting.bounds import head_over
 from .._counting.counters import TokenCounter
+from .._identifiers.values import head_and_tail, identifiers_of
 from .._messages.model import Message
-from .identifiers import head_and_tail, identifiers_of
 
 __all__ = ["Data", "Fitting", "Line", "Sections", "lines", "short"]
 

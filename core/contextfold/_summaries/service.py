@@ -39,12 +39,12 @@ from typing import Annotated, Any, Literal, TypeVar
 from .._config import Ge, Gt, check, check_fields
 from .._contract.policy import SummaryReply, SummaryRequest
 from .._counting.counters import EstimatingCounter, TokenCounter
+from .._identifiers.values import message_identifiers
 from .._provider_errors import error_kind, overflow_of
 from .._telemetry import NO_SUMMARY_SPAN, SummarySpan, summary_span
 from ..errors import ConfigurationError, SummarizerError
 from .cache import SummaryCache
 from .extractive import ExtractiveSummarizer
-from .identifiers import message_identifiers
 from .split import append_to_data, merge_request, split_request
 from .summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._contract.policy import CompactionContext, Policy, SummaryReply, SummaryRequest, Target
-from ..._lossless.ledger import Ledger, _fit, _insert, _merged, _new_entries
+from ..._lossless.ledger import Ledger, ledger_beside
 from ..._messages.model import Message
 
 __all__ = ["ProviderReply", "ProviderRequest", "ledger_after", "performed", "request_fields"]
@@ -76,10 +76,5 @@ def ledger_after(
     """``out`` with a ledger of what ``targets`` took out of ``messages`` (merged with the
     ``previous`` ledgers): right after ``out[after]`` and its tool results, or else just
     before the newest group; and the ledger's figures for the report."""
-    entries = _merged(previous, _new_entries(messages, targets, ledger), out)
-    room = max(0, min(ledger.room(context),
-                      context.available - context.counter.count_messages(out)))
-    message, shed = _fit(entries, room, context, ledger)
-    if message is not None:
-        out = _insert(out, message, after=None if after is None else [after])
-    return out, {"ledger": {"entries": len(entries) - shed, "shed": shed, "room": room}}
+    return ledger_beside(messages, targets, out, context, ledger, after=after,
+                         previous=previous)

@@ -23,7 +23,7 @@ from itertools import islice
 from .._messages.model import Message
 
 __all__ = ["SCAN_CHARS", "extract_identifiers", "head_and_tail", "identifiers_of",
-           "leading_identifiers", "message_identifiers", "scanned_text"]
+           "leading_identifiers", "message_identifiers", "pieces", "scanned_text"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -32,12 +32,22 @@ _MONTHS = (
 _CURRENCY_WORDS = r"(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|dollars?|euros?|pounds?)"
 
 # Order matters: at one position the first alternative that matches is taken.
+# Every repeat is bounded (a URL's tail aside: it starts only after "://" and never fails
+# once started), so no attempt reads more than a few hundred characters past where it
+# starts: with runs of identifier characters over _LONG_RUN long skipped (see _windows),
+# a scan is linear in the text whatever it holds. Unbounded, one token of "a-" repeated
+# and ending in "@" made the e-mail and id patterns read to its end from every "-"
+# (quadratic: half an hour for 250 kB). The bounds are above anything these kinds hold:
+# an e-mail's local part holds at most 64 characters, a domain label 63, a file name 255.
+# A repeat is possessive ("++") where giving characters back can never let the rest match
+# (what must follow is not of the repeated class): a failed attempt then fails at once.
 _KINDS: tuple[tuple[str, str], ...] = (
     ("url", r"\b(?:https?|ftp|s3|file)://[^\s<>\"'`)\]}]+"),
-    ("email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
+    ("email", r"\b[\w.+-]{1,64}+@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,16}\b"),
     (
         "date",
-        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+        r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?"
+        r"(?:Z|[+-]\d{2}:?\d{2})?)?\b"
         r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
         rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}\b"
         rf"|\b\d{{1,2}} {_MONTHS} \d{{4}}\b"
@@ -45,26 +55,28 @@ _KINDS: tuple[tuple[str, str], ...] = (
     ),
     (
         "amount",
-        r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:[kKmM]|bn|million|billion)\b)?"
-        rf"|\b\d[\d,]*(?:\.\d+)?\s?{_CURRENCY_WORDS}\b",
+        r"[$€£¥]\s?\d[\d,]{0,64}+(?:\.\d{1,64}+)?(?:\s?(?:[kKmM]|bn|million|billion)\b)?"
+        rf"|\b\d[\d,]{{0,64}}+(?:\.\d{{1,64}}+)?\s?{_CURRENCY_WORDS}\b",
     ),
     (
         "path",
-        r"(?<![\w/.:-])(?:[A-Za-z]:\\(?:[\w .-]+\\)*[\w.-]+"
-        r"|(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+"
-        r"|(?:[\w.@+-]+/)+[\w@+-]+\.[A-Za-z0-9]{1,8})(?![\w/])",
+        r"(?<![\w/.:-])(?:[A-Za-z]:\\(?:[\w .-]{1,255}\\){0,64}[\w.-]{1,255}"
+        r"|(?:~|\.{1,2})?/(?:[\w.@+-]{1,256}/){0,64}[\w.@+-]{1,256}"
+        r"|(?:[\w.@+-]{1,256}/){1,64}[\w@+-]{1,256}\.[A-Za-z0-9]{1,8})(?![\w/])",
     ),
     (
         "ref",
-        r"#[A-Za-z0-9][\w-]*\d[\w-]*|#\d+|\b[A-Z]{1,6}-\d{2,}(?:-[A-Z0-9]+)*\b"
-        r"|(?<=ending in )\d{3,}\b",  # "the card ending in 9725"
+        r"#[A-Za-z0-9][\w-]{0,128}\d[\w-]{0,128}|#\d{1,64}"
+        r"|\b[A-Z]{1,6}-\d{2,64}(?:-[A-Z0-9]{1,64}){0,16}\b"
+        r"|(?<=ending in )\d{3,64}\b",  # "the card ending in 9725"
     ),
     # Tokens that mix letters and digits (HAT001, 4WQ150, mia_li_3668, a UUID, a hash),
     # or long digit runs (order and phone numbers).
     (
         "id",
-        r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{3,}[A-Za-z0-9]\b"
-        r"|\b\d{5,}\b",
+        r"\b(?=[\w-]{0,128}\d)(?=[\w-]{0,128}[A-Za-z])"
+        r"[A-Za-z0-9][\w-]{3,126}[A-Za-z0-9]\b"
+        r"|\b\d{5,64}\b",
     ),
 )
 
@@ -116,9 +128,45 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
     return list(_windows(text))
 
 
+# A run of identifier characters longer than this is no identifier (the longest kinds, a
+# file name or a path's segment, hold 255) but a pasted blob, a minified bundle or a hostile
+# token: it is skipped, as the patterns' bounds would only find pieces of it.
+_LONG = 256
+_LONG_RUN = re.compile(rf"(?<![\w.+@-])[\w.+@-]{{{_LONG + 1},}}")
+
+
 def _windows(text: str) -> Iterator[tuple[int, int]]:
-    """:func:`_candidate_windows`, made as they are read: a window is given once the next
-    one starts after it ends."""
+    """:func:`_candidate_windows`, made as they are read, without the runs of identifier
+    characters longer than ``_LONG`` (each read once, from its start)."""
+    for start, end in _merged_windows(text):
+        if end - start <= _LONG:
+            yield start, end
+            continue
+        at = start
+        for run in _LONG_RUN.finditer(text, start, end):
+            if run.start() > at:
+                yield at, run.start()
+            at = run.end()
+        if at < end:
+            yield at, end
+
+
+def pieces(text: str) -> Iterator[tuple[int, int]]:
+    """The spans of ``text`` between its runs of identifier characters longer than
+    ``_LONG`` (the whole text when it has none): what a linear scan for names reads."""
+    at = 0
+    if len(text) > _LONG:
+        for run in _LONG_RUN.finditer(text):
+            if run.start() > at:
+                yield at, run.start()
+            at = run.end()
+    if at < len(text):
+        yield at, len(text)
+
+
+def _merged_windows(text: str) -> Iterator[tuple[int, int]]:
+    """The windows of the key characters, merged: a window is given once the next one
+    starts after it ends."""
     if len(text) < _WHOLE_SCAN_BELOW:
         yield 0, len(text)
         return

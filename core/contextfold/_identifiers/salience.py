@@ -1,0 +1,77 @@
+"""How likely a run is to need an identifier again, from where and how often it was written.
+
+What a run writes into a tool call's arguments it acted on (the reservation it changed,
+the file it edited); what the user wrote is what the task is about; what comes back in
+tool results is mostly context, of which the part the run repeats matters. So an
+identifier scores by the most telling place it was written (tool-call arguments above the
+user, above the assistant's text, above tool results, above the system prompt), plus a
+little for each further message that repeats it, minus when it is everywhere (the same
+reminder in every turn is boilerplate, not a reference)::
+
+    >>> ranks = salience([Message("user", "Refund order 83920"),
+    ...                   Message("tool", "order 83920 item 55012", tool_call_id="c")])
+    >>> ranks["83920"] > ranks["55012"]
+    True
+
+Position plays no part: the oldest identifier the user gave outranks the newest a log
+printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .._messages.model import Message
+from .names import argument_values, names_in, names_of
+from .values import extract_identifiers, field_values, identifiers_of
+
+__all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls"]
+
+_PLACE = {"call": 4.0, "user": 3.0, "assistant": 2.0, "tool": 1.0, "system": 0.5}
+"""The score of an identifier by the most telling place it was written."""
+
+
+def identifiers_and_names(message: Message) -> tuple[str, ...]:
+    """Every identifier of ``message``: its reference values, then its names."""
+    return message.derived(
+        "identifiers_and_names",
+        lambda m: tuple(dict.fromkeys((*identifiers_of(m), *names_of(m)))))
+
+
+def written_in_calls(message: Message) -> tuple[str, ...]:
+    """What ``message`` wrote into its tool calls' arguments (computed once)."""
+    return message.derived("written_in_calls", lambda m: tuple(dict.fromkeys(
+        v for call in m.tool_calls for v in written_in(call.arguments))))
+
+
+def written_in(arguments: str) -> tuple[str, ...]:
+    """What one tool call's ``arguments`` hold: its values, identifiers and names."""
+    return tuple(dict.fromkeys((*argument_values(arguments), *field_values(arguments),
+                                *extract_identifiers(arguments), *names_in(arguments))))
+
+
+def salience(messages: Sequence[Message] | Iterable[Message]) -> dict[str, float]:
+    """A score for every identifier of ``messages``: higher is more likely needed again."""
+    place: dict[str, float] = {}
+    seen_in: dict[str, int] = {}
+    total = 0
+    for m in messages:
+        total += 1
+        where = _PLACE.get(m.role, 1.0) if m.source != "ledger" else 0.0
+        for value in identifiers_and_names(m):
+            seen_in[value] = seen_in.get(value, 0) + 1
+            if place.get(value, -1.0) < where:
+                place[value] = where
+        for value in written_in_calls(m):
+            seen_in.setdefault(value, 1)
+            place[value] = _PLACE["call"]
+    everywhere = max(4, total // 3)
+    scores = {}
+    for value, best in place.items():
+        count = seen_in[value]
+        score = best + 0.5 * math.log2(1 + min(count - 1, 8))
+        if count >= everywhere:
+            score -= 2.0  # in most messages: boilerplate, not a reference
+        scores[value] = score
+    return scores
