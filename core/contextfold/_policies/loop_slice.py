@@ -184,7 +184,7 @@ class LoopSlicePolicy(SimplePolicy):
         details = _details(choice, loop, context)
         head_len = len(system) + 1
         origins = list(range(loop.start, loop.end)) if loop else []
-        placed: list[int | None] = [None] * len(system) + [choice.index, *origins]
+        placed: list[int | None] = [*([None] * len(system)), choice.index, *origins]
         marks, fitted, notes = self._fitted(messages, out, placed, head_len, context)
         if same(fitted, messages):
             return PolicyOutcome(messages=messages, method="none", details=details)
