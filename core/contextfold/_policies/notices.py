@@ -19,8 +19,6 @@ call (what a loop slice leaves out of an agent loop) keeps the handles of its fu
 and their originals are kept once. The policy reports the run's ``"dropped"`` targets with
 those handles, so the driver keeps the originals when the compaction happens, not when the
 report is first read: the model can read a notice's handle at once.
-
-This module is also the one place the policies' removal marks read identifiers from.
 """
 
 from __future__ import annotations
@@ -36,40 +34,16 @@ from .._lossless.ledger_payload import is_ledger
 from .._lossless.references import handle_for
 from .._messages.model import Message
 from .._messages.structure import leading_system_count
-from .._summaries.identifiers import identifiers_of
+from .salience import salient_identifiers
 
-__all__ = ["NOTICE_META", "Marks", "is_notice", "mark_removals", "notice_message",
-           "salient_identifiers"]
+__all__ = ["NOTICE_META", "Marks", "fitted_marks", "is_notice", "mark_removals",
+           "notice_message"]
 
 NOTICE_META = "removed"
 """The metadata key of a notice (the number of messages it stands for)."""
 
 _IDS = 4  # identifiers named per notice
 _TOOLS = 3  # tool names named per notice
-_ID_CHARS = 40  # longer identifiers are left to the handle
-
-
-def salient_identifiers(messages: Sequence[Message], k: int) -> list[str]:
-    """The ``k`` most salient identifiers of ``messages``: written in tool-call arguments or
-    by the user first, then the rarer (seen in fewer messages), then the more recent."""
-    seen: Counter[str] = Counter()
-    written: set[str] = set()
-    last: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        found = identifiers_of(m)
-        seen.update(set(found))
-        for value in found:
-            last[value] = i
-        if (m.role == "user" and m.source is None) or m.tool_calls:
-            written.update(found)
-    ranked = sorted((v for v in seen if len(v) <= _ID_CHARS),
-                    key=lambda v: (v not in written, seen[v], -last[v]))
-    return ranked[:k]
-
-
-def identifiers_in(text: str) -> list[str]:
-    """Every identifier of ``text`` (what a head+tail cut keeps the lines of)."""
-    return list(identifiers_of(Message(role="user", content=text)))
 
 
 def is_notice(message: Message) -> bool:
