@@ -50,12 +50,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from .._config import Ge, Le, check_fields, config_error
-from .._contract.policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
+from .._contract.policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryRequest,
+    Target,
+)
 from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
@@ -210,24 +216,67 @@ class TieredPolicy:
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
-        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
         for tier in (3, 2, 1):  # oldest first: what they leave unused widens tier 0
             if tier == 1:
                 self._widen_tier0(plan, summaries, context)
-            members = plan.members(tier)
-            if not members:
+            message = yield from self._summarized(tier, messages, plan, context)
+            if message is None:
                 continue
-            originals = tuple(m for g in members for m in plan.groups[g].messages)
-            task = (messages[latest].text
-                    if latest is not None and latest >= plan.groups[members[-1]].end else None)
-            reply = yield SummaryRequest(
-                messages=originals, instructions=self.instructions[tier - 1],
-                max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
-                open_request=open_request(messages),
-                latest_request=task,
-            )
-            summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
+            summaries[tier] = message
+            if tier == 1 and self._regrow_tier0(plan, message, context):
+                # The summary came back well under its room: tier 1's newest groups went
+                # raw into that room, and the rest is summarized again (once), so the
+                # output fills its target instead of leaving the room unused.
+                again = yield from self._summarized(1, messages, plan, context)
+                if again is None:
+                    del summaries[1]
+                else:
+                    summaries[1] = again
         return self._finish(messages, plan, summaries, context)
+
+    def _summarized(
+        self, tier: int, messages: Sequence[Message], plan: TierPlan, context: CompactionContext,
+    ) -> Generator[SummaryRequest, Any, Message | None]:
+        """Tier ``tier``'s summary message (``None`` when the tier holds nothing)."""
+        members = plan.members(tier)
+        if not members:
+            return None
+        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
+        originals = tuple(m for g in members for m in plan.groups[g].messages)
+        task = (messages[latest].text
+                if latest is not None and latest >= plan.groups[members[-1]].end else None)
+        reply = yield SummaryRequest(
+            messages=originals, instructions=self.instructions[tier - 1],
+            max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
+            open_request=open_request(messages),
+            latest_request=task,
+        )
+        return self._tier_message(tier, originals, reply.text, plan, context)
+
+    def _regrow_tier0(self, plan: TierPlan, summary: Message, context: CompactionContext
+                      ) -> bool:
+        """Tier 1's newest groups join tier 0 raw while they fit in the room its summary
+        left unused; its room shrinks by what they take. True when any moved."""
+        unused = plan.rooms[1] - context.counter.count_message(summary)
+        members = plan.members(1)
+        moved = 0
+        while members:
+            size = self._group_tokens(plan, members[-1], context)
+            if moved + size > unused:
+                break
+            plan.tier_of[members.pop()] = 0
+            moved += size
+        if members and unused - moved >= _MIN_CUT_ROOM:
+            # The next group alone is larger than the room left (a long tool result): it
+            # joins tier 0 with its results cut head+tail to that room, its lines naming
+            # identifiers kept, rather than the room staying empty.
+            cut = _cut_group(plan.groups[members[-1]].messages, unused - moved, context)
+            if cut is not None:
+                plan.cut_groups[members[-1]] = cut
+                plan.tier_of[members.pop()] = 0
+                moved += sum(map(context.counter.count_message, cut))
+        plan.rooms[1] -= moved
+        return moved > 0
 
     # -- planning --------------------------------------------------------------------
 
@@ -509,15 +558,25 @@ class TieredPolicy:
         for g, grp in enumerate(plan.groups):
             tier = plan.tier_of.get(g, 0)
             if tier == 0:
-                out.extend(grp.messages)
+                out.extend(plan.cut_groups.get(g, grp.messages))
             elif tier not in placed:
                 placed.add(tier)
                 out.append(summaries[tier])
         if context.measure(out) > context.budget.input_budget and not cut_newest(
                 out, plan, context):
             raise self._too_big(plan, messages, context)
+        cut = tuple(
+            Target(index=i, role=old.role, method="truncated",
+                   original_tokens=context.counter.count_message(old),
+                   new_tokens=context.counter.count_message(new),
+                   tool_name=old.name if old.role == "tool" else None, handle=handle_for(old))
+            for g, group in sorted(plan.cut_groups.items())
+            for i, old, new in zip(range(plan.groups[g].start, plan.groups[g].end),
+                                   plan.groups[g].messages, group, strict=True)
+            if new is not old)
         return PolicyOutcome(
-            messages=out, method=self.name, targets=tier_targets(plan, context),
+            messages=out, method=self.name,
+            targets=tuple(sorted((*tier_targets(plan, context), *cut), key=lambda t: t.index)),
             details=tier_details(messages, out, plan, context),
         )
 
@@ -549,6 +608,39 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
+
+_MIN_CUT_ROOM = 200
+"""The least room (tokens) worth filling with a cut group: less holds little beyond the
+labels."""
+
+
+def _cut_group(
+    group: Sequence[Message], room: int, context: CompactionContext,
+) -> tuple[Message, ...] | None:
+    """``group`` with its tool results cut head+tail to the largest common size that keeps
+    it within ``room`` tokens, each label naming its original's handle; ``None`` when not
+    even the labels fit or there is nothing to cut."""
+    count = context.counter.count_message
+    spots = [k for k, m in enumerate(group) if m.role == "tool" and not m.is_pinned]
+    if not spots:
+        return None
+    refs = {k: handle_text(handle_for(group[k]), context) for k in spots}
+
+    def build(cap: int) -> tuple[Message, ...]:
+        return tuple(shrink_message(m, HeadTail(), max_chars=cap, handle=refs[k])
+                     if k in refs else m for k, m in enumerate(group))
+
+    if sum(map(count, build(0))) > room:
+        return None
+    lo, hi = 0, max(sum(HeadTail().sizes(len(group[k].text))) for k in spots)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(map(count, build(mid))) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return build(lo)
+
 
 # -- configuration from the environment ------------------------------------------------
 
