@@ -51,7 +51,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Annotated, Any
 
 from .._config import Ge, Le, check_fields, config_error
@@ -80,6 +81,7 @@ from .importance import (
     score_messages,
 )
 from .learning import apply_learning, learned_in
+from .salience import cut_identifiers
 from .tier_plan import (
     FixedParts,
     TierPlan,
@@ -422,10 +424,17 @@ class TieredPolicy:
         newest_kept = bool(plan.groups) and (not free or free[0] != len(plan.groups) - 1)
         least = 0 if newest_kept or not free else 1
         fixed = self._fixed_parts(plan, context, messages)
+        listed = list(accumulate((_listed_tokens(plan.groups[g].messages) for g in free),
+                                 initial=0))
+
+        def ids(extent: int) -> dict[int, int]:
+            """What a list of each tier's identifiers takes (about)."""
+            cuts = (0, extent, *recency.ends(extent), len(free))
+            return {t: listed[cuts[t + 1]] - listed[cuts[t]] for t in (1, 2, 3)}
 
         def fits(extent: int) -> bool:
             sizes = recency.sizes(extent)
-            self._allocate(plan, sizes, fixed)
+            self._allocate(plan, sizes, fixed, ids(extent))
             if plan.allocation is not None:
                 return sizes.tokens[0] <= plan.allocation.tiers[0]
             if extent <= recency.by_count:  # the design's tier 0: the input budget binds
@@ -445,7 +454,7 @@ class TieredPolicy:
                 if fits(extent):
                     break
         plan.tier_of = recency.tier_of(extent)
-        self._allocate(plan, recency.sizes(extent), fixed)
+        self._allocate(plan, recency.sizes(extent), fixed, ids(extent))
 
     def _fixed_parts(
         self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
@@ -470,10 +479,12 @@ class TieredPolicy:
             header=header,
         )
 
-    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts) -> None:
+    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts,
+                  ids: Mapping[int, int] | None = None) -> None:
         """The allocation for tiers of ``sizes``: each tier 1-3 needs its header, its
         preserved share and the earlier summaries it carries, capped by its share of the
-        budget."""
+        budget; and room for the list of its identifiers (``ids``), taken from tier 0, up to
+        a quarter of the target for all tiers together."""
         needs = []
         for t in (1, 2, 3):
             plan.headers[t] = fixed.header
@@ -490,6 +501,30 @@ class TieredPolicy:
         for t in (1, 2, 3):
             room = allocation.tiers[t] if self.budget_allocation else needs[t - 1]
             plan.rooms[t] = max(room, plan.headers[t])
+        if ids is not None and plan.allocation is not None:
+            self._room_for_identifiers(plan, sizes, ids)
+
+    def _room_for_identifiers(self, plan: TierPlan, sizes: TierSizes, ids: Mapping[int, int]
+                              ) -> None:
+        """Each tier's room grows to hold the list of its identifiers (within what it
+        needs), taken from tier 0's allocation: a summary's data list keeps a reference
+        code in a few tokens where a raw message spends a hundred per code. All tiers
+        together take at most a quarter of the target this way."""
+        allocation = plan.allocation
+        assert allocation is not None
+        cap = plan.target // 4
+        tiers = list(allocation.tiers)
+        for t in (1, 2, 3):
+            if not sizes.groups[t] or cap <= 0:
+                continue
+            want = min(plan.headers[t] + ids[t], plan.needs[t])
+            more = min(max(0, want - plan.rooms[t]), cap, tiers[0])
+            plan.rooms[t] += more
+            tiers[t] += more
+            tiers[0] -= more
+            cap -= more
+        if tiers != list(allocation.tiers):
+            plan.allocation = replace(allocation, tiers=(tiers[0], tiers[1], tiers[2], tiers[3]))
 
     def _plan_tokens(
         self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
@@ -640,6 +675,12 @@ def _cut_group(
         else:
             hi = mid - 1
     return build(lo)
+
+
+def _listed_tokens(group: Sequence[Message]) -> int:
+    """About what a summary's data list of ``group``'s identifiers takes: a token per three
+    characters of each, and two for its line."""
+    return sum(len(v) // 3 + 2 for v in {v for m in group for v in cut_identifiers(m)})
 
 
 # -- configuration from the environment ------------------------------------------------
