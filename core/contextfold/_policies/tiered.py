@@ -484,7 +484,7 @@ class TieredPolicy:
         """The allocation for tiers of ``sizes``: each tier 1-3 needs its header, its
         preserved share and the earlier summaries it carries, capped by its share of the
         budget; and room for the list of its identifiers (``ids``), taken from tier 0, up to
-        a quarter of the target for all tiers together."""
+        an eighth of the target for all tiers together."""
         needs = []
         for t in (1, 2, 3):
             plan.headers[t] = fixed.header
@@ -509,10 +509,11 @@ class TieredPolicy:
         """Each tier's room grows to hold the list of its identifiers (within what it
         needs), taken from tier 0's allocation: a summary's data list keeps a reference
         code in a few tokens where a raw message spends a hundred per code. All tiers
-        together take at most a quarter of the target this way."""
+        together take at most an eighth of the target this way (the compaction ledger
+        holds identifiers of what was compacted too)."""
         allocation = plan.allocation
         assert allocation is not None
-        cap = plan.target // 4
+        cap = plan.target // 8
         tiers = list(allocation.tiers)
         for t in (1, 2, 3):
             if not sizes.groups[t] or cap <= 0:
