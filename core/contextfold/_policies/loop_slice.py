@@ -223,7 +223,8 @@ class LoopSlicePolicy(SimplePolicy):
                 continue
             # What stays of the loop (all of it, cut or not, or none) decides the runs.
             kept = origins[: len(fitted)]
-            marks = mark_removals(messages, fitted, kept, context, detail=detail)
+            marks = (planned.placed(fitted, kept) if len(fitted) == len(out)
+                     else mark_removals(messages, fitted, kept, context, detail=detail))
             if fits(marks.messages):
                 return marks, fitted, notes
         fitted, notes = fit_loop(out, head_len, context, self.shape)

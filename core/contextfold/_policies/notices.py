@@ -23,6 +23,7 @@ report is first read: the model can read a notice's handle at once.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .._lossless.handles import HANDLE_BLOCK
 from .._lossless.ledger_payload import is_ledger
 from .._lossless.references import handle_for
 from .._messages.model import Message
+from .._messages.prompt_kinds import LEDGER_SOURCE
 from .._messages.structure import leading_system_count
 from .salience import salient_identifiers
 
@@ -44,6 +46,7 @@ NOTICE_META = "removed"
 
 _IDS = 4  # identifiers named per notice
 _TOOLS = 3  # tool names named per notice
+_SCANNED = 256  # the newest messages of a run whose identifiers a notice ranks
 
 
 def is_notice(message: Message) -> bool:
@@ -58,12 +61,12 @@ def notice_message(run: Sequence[Message], handles: Sequence[str], *, detail: bo
     what = ""
     if detail:
         parts = []
-        tools = Counter(c.name for m in run for c in m.tool_calls)
+        tools = Counter(c.name for m in run if m.tool_calls for c in m.tool_calls)
         if tools:
             named = [f"{n} x{c}" if c > 1 else n for n, c in tools.most_common(_TOOLS)]
             more = len(tools) - len(named)
             parts.append("tools: " + ", ".join(named) + (f", +{more} more" if more > 0 else ""))
-        ids = salient_identifiers(run, _IDS)
+        ids = salient_identifiers(run[-_SCANNED:], _IDS)
         if ids:
             parts.append("ids: " + ", ".join(ids))
         what = f" ({'; '.join(parts)})" if parts else ""
@@ -83,6 +86,14 @@ class Marks:
     """What each output position held in the input (``None`` for a notice)."""
     targets: list[Target]
     """A ``"dropped"`` target for every dropped message, with its block's handle."""
+    notices: list[tuple[int, Message]]
+    """Each notice with the input position its run ends at."""
+
+    def placed(self, out: Sequence[Message], origins: Sequence[int | None]) -> Marks:
+        """These notices placed in ``out``, an output that keeps the same input positions
+        (its messages cut or not)."""
+        marked, where = _placed(out, origins, self.notices)
+        return Marks(marked, where, self.targets, self.notices)
 
 
 def mark_removals(
@@ -101,19 +112,43 @@ def mark_removals(
     kept = {o for o in origins if o is not None}
     runs = _runs(messages, start, kept)
     if not runs:
-        return Marks(list(out), list(origins), [])
-    figures = token_bounds(context.counter, messages)
+        return Marks(list(out), list(origins), [], [])
     notices: list[tuple[int, Message]] = []
     targets: list[Target] = []
     for a, b in runs:
         handles = []
         for x, y in _blocks(a, b):
-            handle = handle_for(messages[x:y])
+            handle, made = _block(messages, x, y, context)
             handles.append(handle)
-            targets += dropped_targets(messages, range(x, y), figures, handle)
+            targets += made
         notices.append((b, notice_message(messages[a:b], handles, detail=detail)))
     marked, where = _placed(out, origins, notices)
-    return Marks(marked, where, targets)
+    return Marks(marked, where, targets, notices)
+
+
+_MEMO: dict[tuple[int, int, int], tuple[tuple[Message, ...], str, list[Target]]] = {}
+_MEMO_BLOCKS = 512  # blocks remembered (references only), oldest forgotten first
+
+
+def _block(messages: Sequence[Message], x: int, y: int, context: CompactionContext
+           ) -> tuple[str, list[Target]]:
+    """The handle of ``messages[x:y]`` and its ``"dropped"`` targets. A policy that leaves
+    out more of the same history at every call (a loop slice) meets the same blocks again:
+    one made before for the very same message objects (compared by identity: messages are
+    immutable) is taken as it is instead of being hashed and reported anew."""
+    key = (x, y, id(messages[x]))
+    found = _MEMO.get(key)
+    if found is not None and all(map(operator.is_, found[0], messages[x:y])):
+        return found[1], found[2]
+    members = tuple(messages[x:y])
+    handle = handle_for(members)
+    # Bounds, not counts (the report counts them when read); indexed by input position.
+    figures = [0] * x + token_bounds(context.counter, members)
+    made = dropped_targets(messages, range(x, y), figures, handle)
+    if len(_MEMO) >= _MEMO_BLOCKS:
+        del _MEMO[next(iter(_MEMO))]
+    _MEMO[key] = (members, handle, made)
+    return handle, made
 
 
 def fitted_marks(
@@ -130,16 +165,20 @@ def fitted_marks(
 
 
 def _runs(messages: Sequence[Message], start: int, kept: set[int]) -> list[tuple[int, int]]:
-    """The runs of positions from ``start`` that are not kept (ledgers end a run)."""
+    """The runs of positions from ``start`` that are not kept (ledgers end a run): the
+    gaps between the kept positions, found without visiting each dropped one."""
+    ledgers = {i for i, m in enumerate(messages)
+               if m.source == LEDGER_SOURCE and i >= start and is_ledger(m)}
     runs: list[tuple[int, int]] = []
-    a = -1
-    for i in range(start, len(messages) + 1):
-        gone = i < len(messages) and i not in kept and not is_ledger(messages[i])
-        if gone and a < 0:
-            a = i
-        elif not gone and a >= 0:
+    a = start
+    for i in sorted(kept | ledgers):
+        if i < a:
+            continue
+        if i > a:
             runs.append((a, i))
-            a = -1
+        a = i + 1
+    if a < len(messages):
+        runs.append((a, len(messages)))
     return runs
 
 
