@@ -121,9 +121,28 @@ def mark_removals(
             handle, made = _block(messages, x, y, context)
             handles.append(handle)
             targets += made
-        notices.append((b, notice_message(messages[a:b], handles, detail=detail)))
+        notices.append((b, _notice(messages, a, b, handles, detail)))
     marked, where = _placed(out, origins, notices)
     return Marks(marked, where, targets, notices)
+
+
+_NOTICES: dict[tuple[tuple[str, ...], bool], Message] = {}
+_MEMO_NOTICES = 1024  # notices remembered, oldest forgotten first
+
+
+def _notice(messages: Sequence[Message], a: int, b: int, handles: list[str], detail: bool
+            ) -> Message:
+    """The notice of ``messages[a:b]``. Its handles are content hashes of the run, so a run
+    named by the same handles gets the same notice object back (its token count already
+    known): a policy that rebuilds its output at every call leaves out the same runs."""
+    key = (tuple(handles), detail)
+    found = _NOTICES.get(key)
+    if found is None:
+        found = notice_message(messages[a:b], handles, detail=detail)
+        if len(_NOTICES) >= _MEMO_NOTICES:
+            del _NOTICES[next(iter(_NOTICES))]
+        _NOTICES[key] = found
+    return found
 
 
 _MEMO: dict[tuple[int, int, int], tuple[tuple[Message, ...], str, list[Target]]] = {}
