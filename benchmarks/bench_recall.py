@@ -68,12 +68,11 @@ _INSERTED = ("summary", "ledger")
 
 
 def _extractor() -> Callable[[str], list[str]]:
-    """Our summarizer's and ledger's identifier extractor, wherever it lives now."""
-    try:
-        from contextfold._identifiers import extract_identifiers  # type: ignore[import-not-found]
-    except ImportError:
-        from contextfold._summaries.identifiers import extract_identifiers
-    return extract_identifiers  # type: ignore[no-any-return]
+    """What our summarizer and ledger recognise in a text: reference values, then names."""
+    from contextfold._identifiers.names import names_in
+    from contextfold._identifiers.values import extract_identifiers
+
+    return lambda text: [*extract_identifiers(text), *names_in(text)]
 
 
 def why_lost(probe: str, prepared: Prepared, result: CutResult,

@@ -238,7 +238,8 @@ def test_context_used_is_the_share_of_the_allowance_sent_where_the_history_is_ov
 def test_eval_runs_on_generated_chats_alone(tmp_path: Path) -> None:
     out = io.StringIO()
     status = main(["eval", "--chats", "2", "--chat-sessions", "3", "--policies", "truncation",
-                   "--no-peers", "--fractions", "0.5", "--json", str(tmp_path / "rows.json")], out=out)
+                   "--no-peers", "--fractions", "0.5", "--json", str(tmp_path / "rows.json")],
+                  out=out)
     text = out.getvalue()
     assert status == 0, text
     assert text.startswith("2 transcript(s)") and "facts recalled" in text

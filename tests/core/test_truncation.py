@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._lossless.references import handle_for
+from contextfold._policies.notices import is_notice
 from contextfold.errors import ConfigurationError
 from contextfold.policy import CompactionContext, PolicyOutcome, split_groups
 from contextfold.testing import assert_valid_within, histories
@@ -122,7 +124,7 @@ def test_a_long_tool_turn_keeps_its_prompt_before_the_newest_loops(
         ]
     h = [system, prompt, *loops]
     budget = exact_budget(counter, [system, prompt, *loops[-4:]])
-    out = run(cf.TruncationPolicy(), h, budget, counter)
+    out = run(cf.TruncationPolicy(notices=False), h, budget, counter)
     assert out.messages == [system, prompt, *loops[-4:]]
     assert out.details["kept_turn_prompt"] is True
     assert cf.validate(out.messages) == []
@@ -131,7 +133,7 @@ def test_a_long_tool_turn_keeps_its_prompt_before_the_newest_loops(
 def test_middle_out_keeps_the_task_prompt_and_the_end(counter: cf.TokenCounter) -> None:
     h = booking_history()
     budget = exact_budget(counter, [h[0], h[1], *h[5:]])
-    out = run(cf.TruncationPolicy("middle_out"), h, budget, counter)
+    out = run(cf.TruncationPolicy("middle_out", notices=False), h, budget, counter)
     assert out.messages == [h[0], h[1], h[5], h[6], h[7], h[8]]
     assert out.details["kept_task_prompt"] is True
     assert [t.index for t in out.targets] == [2, 3, 4]
@@ -141,7 +143,7 @@ def test_middle_out_falls_back_when_the_task_prompt_is_too_big(counter: cf.Token
     h = booking_history()
     h[1] = msg("user", "Find flights to Oslo. " + "Details follow. " * 300)
     budget = exact_budget(counter, [h[0], *h[5:]])
-    out = run(cf.TruncationPolicy("middle_out"), h, budget, counter)
+    out = run(cf.TruncationPolicy("middle_out", notices=False), h, budget, counter)
     assert out.messages == [h[0], h[5], h[6], h[7], h[8]]
     assert out.notes == ("middle_out: the task prompt did not fit beside the newest groups",)
 
@@ -259,7 +261,9 @@ def test_counts_are_not_recomputed_for_cached_messages() -> None:
     h = booking_history() * 1  # all distinct objects, all counted below
     counter.count_messages(h)
     Recording.texts = 0
-    out = run(cf.TruncationPolicy(), h, exact_budget(counter, [h[0], *h[5:]]), counter)
+    # Without notices: a notice is new text, counted once when made.
+    out = run(cf.TruncationPolicy(notices=False), h, exact_budget(counter, [h[0], *h[5:]]),
+              counter)
     assert len(out.messages) == 5
     assert Recording.texts == 0
 
@@ -271,8 +275,10 @@ def ids(messages: Sequence[cf.Message]) -> list[str]:
     return [m.id for m in messages]
 
 
-def check_shape(history: list[cf.Message], out: Sequence[cf.Message]) -> None:
-    """The structural promises: system first, last group kept, a user message first."""
+def check_shape(history: list[cf.Message], out: Sequence[cf.Message], marked: bool = True
+                ) -> None:
+    """The structural promises: system first, last group kept, a user message first, a
+    notice where each run of dropped messages was (when ``marked``)."""
     n_sys = next(
         (i for i, m in enumerate(history) if m.role not in ("system", "developer")), len(history)
     )
@@ -282,10 +288,15 @@ def check_shape(history: list[cf.Message], out: Sequence[cf.Message]) -> None:
         last = groups[-1]
         assert ids(out[len(out) - len(last) :]) == ids(last.messages)
         assert out[n_sys].role == "user"
-    # Every kept message comes from the input, in input order.
+    # Every kept message comes from the input, in input order; the rest are notices, one
+    # where each run of dropped messages was.
     position = {m.id: i for i, m in enumerate(history)}
-    order = [position[m.id] for m in out]
+    order = [position[m.id] for m in out if not is_notice(m)]
     assert order == sorted(order)
+    runs = 0
+    for a, b in zip([n_sys - 1, *order], [*order, len(history)], strict=True):
+        runs += b > a + 1
+    assert sum(map(is_notice, out)) == (runs if marked else 0)
 
 
 @settings(max_examples=2000)
@@ -309,7 +320,9 @@ def test_output_is_valid_and_fits_or_raises(
         assert exc.needed > exc.available
         return
     assert_valid_within(out.messages, budget, counter, fixed_tokens=fixed)
-    check_shape(history, out.messages)
+    # On the smallest budgets not even a bare notice fits beside the most recent group.
+    marked = not any("no room for the removal notices" in n for n in out.notes)
+    check_shape(history, out.messages, marked)
     assert history == snapshot and all(a is b for a, b in zip(history, snapshot, strict=True))
     if counter.count_messages(history) + fixed <= budget.input_budget:
         assert out.messages is history
@@ -317,6 +330,10 @@ def test_output_is_valid_and_fits_or_raises(
         dropped = {t.index for t in out.targets if t.method == "dropped"}
         kept = {m.id for m in out.messages}
         assert dropped == {i for i, m in enumerate(history) if m.id not in kept}
+        # Every dropped message's handle is named in view, by the notice of its run.
+        shown = " ".join(m.text for m in out.messages if is_notice(m))
+        assert not marked or all(t.handle and f'"{t.handle}"' in shown
+                                 for t in out.targets if t.method == "dropped")
 
 
 @given(history=histories(max_turns=5, max_tool_chars=3_000), share=st.floats(0.05, 1.0))
@@ -389,3 +406,52 @@ def test_groups_are_drawn_as_split_groups_draws_them(history: list[cf.Message]) 
     assert layout.bounds == [g.start for g in groups] + [len(history)]
     sizes = [layout.sizes[g] for g in range(len(layout.sizes))]
     assert sizes == [sum(map(counter.count_message, g.messages)) for g in groups]
+
+
+# -- removal notices ------------------------------------------------------------------------
+
+
+def test_each_run_of_dropped_messages_leaves_a_notice_with_its_handle(
+    counter: cf.TokenCounter,
+) -> None:
+    h = booking_history()
+    budget = exact_budget(counter, [h[0], *h[5:]])
+    budget = cf.Budget(context_window=budget.context_window + 40)
+    out = run(cf.TruncationPolicy(), h, budget, counter)
+    handle = handle_for(h[1:5])
+    assert out.messages == [
+        h[0],
+        cf.Message(role="user", content=(
+            "[4 messages removed (tools: search_flights; ids: SK123); "
+            f'read_original("{handle}")]'),
+            source="summary", metadata={"compaction": "notice", "removed": 4}),
+        *h[5:],
+    ]
+    assert [(t.index, t.handle) for t in out.targets] == [(i, handle) for i in range(1, 5)]
+    assert out.details["notices"] == 1
+    assert_valid_within(out.messages, budget, counter)
+
+
+def test_without_notices_the_output_is_the_kept_messages_only(counter: cf.TokenCounter) -> None:
+    h = booking_history()
+    budget = exact_budget(counter, [h[0], *h[5:]])
+    out = run(cf.TruncationPolicy(notices=False), h, budget, counter)
+    assert out.messages == [h[0], *h[5:]]
+    assert repr(cf.TruncationPolicy(notices=False)) == (
+        "TruncationPolicy(strategy='oldest_first', notices=False)")
+
+
+def test_a_notice_is_never_taken_for_the_turns_prompt(counter: cf.TokenCounter) -> None:
+    # A history compacted before holds a notice after the turn's request; compacted again,
+    # the turn keeps its real request, and the old notice goes behind the new one's handle.
+    h = booking_history()
+    loops = [m for k in range(3) for m in (
+        msg("assistant", tool_calls=(call(f"b{k}", "book", '{"flight": "SK123"}'),)),
+        msg("tool", f"attempt {k} " * 60, tool_call_id=f"b{k}", name="book"))]
+    old = cf.Message(role="user", content='[2 messages removed; read_original("ctx_0123456789ab")]',
+                     source="summary", metadata={"compaction": "notice", "removed": 2})
+    history = [*h[:6], old, *loops]
+    budget = cf.Budget(context_window=counter.count_messages([h[0], h[5], *loops[2:]]) + 150)
+    out = run(cf.TruncationPolicy(), history, budget, counter)
+    assert h[5] in out.messages and old not in out.messages
+    assert_valid_within(out.messages, budget, counter)

@@ -98,4 +98,10 @@ def test_loop_slice_keeps_only_the_system_prompt_and_the_current_request(
     messages = generate_chat(1, sessions=4).messages[:-1]
     result = cf.compact(messages, policy=cf.LoopSlicePolicy(),
                         budget=cf.Budget(context_window=100_000), counter=counter)
-    assert result.messages == [messages[0], messages[-1]]
+    # What it leaves out is one run, marked before the request with its handle.
+    handle = next(t.handle for t in result.report.targets)
+    assert [m.text for m in result.messages] == [
+        messages[0].text, result.messages[1].text, messages[-1].text]
+    assert result.messages[1].source == "summary"
+    assert f'read_original("{handle}")' in result.messages[1].text
+    assert result.messages[1].text.startswith(f"[{len(messages) - 2} messages removed")

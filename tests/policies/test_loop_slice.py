@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold._messages.prompt_kinds import prompt_kind
+from contextfold._policies.notices import is_notice
 from contextfold._policies.prompt_source import FIRM, GENTLE
 from contextfold.errors import ConfigurationError
 from contextfold.policy import CompactionContext, ConversationState, NudgeConfig, tool_loops
@@ -29,6 +30,11 @@ def loop(call_id: str, *results: str, name: str = "get_status") -> list[cf.Messa
             *(M("tool", r, tool_call_id=i, name=name) for i, r in zip(ids, results, strict=True))]
 
 
+def kept(messages):
+    """The slice without its removal notices (their own tests are at the end)."""
+    return [m for m in messages if not is_notice(m)]
+
+
 def run(messages, policy=None, budget=BIG, counter=None, state=None, store=None, conv=None):
     """One policy run outside the driver, so tests can look at the outcome and the state."""
     policy = policy or cf.LoopSlicePolicy()
@@ -46,7 +52,8 @@ def test_keeps_system_prompt_and_latest_loop_only(counter):
     prompt = M("user", "Mine iron ore.", source="direct")
     first, latest = loop("a", "old result"), loop("b", "new 1", "new 2")
     history = [system, prompt, *first, M("assistant", "thinking"), *latest]
-    out = cf.compact(history, policy=cf.LoopSlicePolicy(), budget=BIG, counter=counter).messages
+    out = kept(cf.compact(history, policy=cf.LoopSlicePolicy(), budget=BIG,
+                          counter=counter).messages)
     assert out == [system, prompt, *latest]
     assert all(a is b for a, b in zip(out, [system, prompt, *latest], strict=True))
 
@@ -62,13 +69,13 @@ def test_prompt_after_the_latest_loop_gives_system_and_prompt_only():
     history = [M("system", "s"), M("user", "first"), *loop("a", "r"), M("assistant", "done"),
                M("user", "second request", source="direct")]
     outcome, _ = run(history)
-    assert [m.text for m in outcome.messages] == ["s", "second request"]
+    assert [m.text for m in kept(outcome.messages)] == ["s", "second request"]
 
 
 def test_a_final_answer_after_the_loop_is_not_part_of_the_slice():
     history = [M("user", "q"), *loop("a", "r"), M("assistant", "the answer")]
     outcome, _ = run(history)
-    assert [m.role for m in outcome.messages] == ["user", "assistant", "tool"]
+    assert [m.role for m in kept(outcome.messages)] == ["user", "assistant", "tool"]
 
 
 def test_recency_picks_the_newest_prompt_and_priority_the_highest_kind():
@@ -77,7 +84,7 @@ def test_recency_picks_the_newest_prompt_and_priority_the_highest_kind():
     history = [M("system", "s"), direct, *loop("a", "r"), swarm, *loop("b", "r2")]
     by_recency, _ = run(history)
     by_priority, _ = run(history, cf.LoopSlicePolicy(selection="priority"))
-    assert by_recency.messages[1] is swarm
+    assert kept(by_recency.messages)[1] is swarm
     assert by_priority.messages[1] is direct
 
 
@@ -140,7 +147,7 @@ def test_nudge_is_synthetic_escalates_and_keeps_the_latest_loop():
     assert (nudge.role, nudge.source, nudge.text) == ("user", "nudge", GENTLE)
     assert nudge not in history
     assert second.messages[1].text == FIRM
-    assert first.messages[2:] == history[3:]
+    assert kept(first.messages)[2:] == history[3:]
     assert first.notes[0].startswith("no prompt source found; added nudge 1/3")
 
 
@@ -154,8 +161,8 @@ def test_search_guidance_and_custom_texts():
 def test_unprompted_history_through_the_driver_keeps_its_latest_loop(counter):
     history = [M("system", "s"), *loop("a", "r1"), *loop("b", "r2")]
     result = cf.compact(history, policy=cf.LoopSlicePolicy(), budget=BIG, counter=counter)
-    assert [m.role for m in result.messages] == ["system", "user", "assistant", "tool"]
-    assert result.messages[3].text == "r2"
+    assert [m.role for m in kept(result.messages)] == ["system", "user", "assistant", "tool"]
+    assert kept(result.messages)[3].text == "r2"
     assert cf.validate(result.messages) == []
 
 
@@ -179,8 +186,11 @@ def test_loop_that_cannot_fit_is_left_out_whole(counter):
     history = [M("user", "go"), huge_call, M("tool", "ok", tool_call_id="c1")]
     budget = cf.Budget(context_window=500)
     result = cf.compact(history, policy=cf.LoopSlicePolicy(), budget=budget, counter=counter)
-    assert [m.role for m in result.messages] == ["user"]
+    assert kept(result.messages) == [history[0]]
     assert any("left it out" in n for n in result.report.notes)
+    # The loop left out is marked where it was, with its handle.
+    notice = result.messages[1]
+    assert is_notice(notice) and result.report.targets[0].handle in notice.text
 
 
 def test_budget_error_only_when_system_and_prompt_do_not_fit(counter):
@@ -218,7 +228,7 @@ def test_bad_nudge_configuration_fails_at_construction():
 
 def _is_slice(out: list[cf.Message], n_sys: int) -> bool:
     """System block, one user prompt, then at most one complete tool loop."""
-    rest = out[n_sys:]
+    rest = kept(out[n_sys:])
     if not rest or rest[0].role != "user":
         return False
     tail = rest[1:]
@@ -248,6 +258,8 @@ def test_output_is_a_valid_slice_within_budget(counter, messages, window, scan):
     assert_valid_within(out, budget, counter)
     if result.report.method == "floor":  # the policy refused; the engine's floor answered
         return
+    if any("would have grown" in n for n in result.report.notes):
+        return  # a short history whose notice outweighs what it left out is kept whole
     n_sys = next(k for k, m in enumerate(out) if m.role not in ("system", "developer"))
     assert _is_slice(out, n_sys)
     # tool results are cut only when the uncut slice would not fit
@@ -270,11 +282,13 @@ def test_a_failed_run_leaves_the_counter_as_it_was(counter):
 def test_the_loop_is_the_latest_one_and_unchanged_when_it_fits(counter, messages):
     result = cf.compact(messages, policy=cf.LoopSlicePolicy(max_context_messages=10_000),
                         budget=BIG, counter=counter)
-    out = result.messages
+    if any("would have grown" in n for n in result.report.notes):
+        return  # a notice that outweighs what it left out: the input goes whole
+    out = kept(result.messages)
     loops = tool_loops(messages)
-    kept = [m for m in out if m.tool_calls]
-    if kept:
-        assert kept[0] is loops[-1].head
+    calls = [m for m in out if m.tool_calls]
+    if calls:
+        assert calls[0] is loops[-1].head
         assert out[-len(loops[-1]):] == list(loops[-1].messages)
 
 
@@ -294,6 +308,8 @@ def test_call_by_call_through_the_compactor(counter, messages, window):
         assert_valid_within(out, budget, counter)
         if result.report.method == "floor":  # the policy refused; the engine's floor answered
             continue
+        if any("would have grown" in n for n in result.report.notes):
+            continue  # a notice that outweighs what it left out: the input goes whole
         n_sys = next(k for k, m in enumerate(out) if m.role not in ("system", "developer"))
         assert _is_slice(out, n_sys)
         assert compactor.state.encouragement_count <= 3

@@ -20,7 +20,8 @@ def test_swarm_recipe(capsys, monkeypatch):
     # the mission keeps drone-1 busy long after it left the scan window, in a tiny context
     assert one.steps == 30 and one.idle_reason is None
     assert set(one.prompts_seen) == {"broadcast"}
-    assert one.largest_context <= 4
+    # (system, mission, the one-line notice of what the slice leaves out, the latest loop)
+    assert one.largest_context <= 5
     # a late joiner inherits the swarm's mission from the store
     assert two.steps == 5 and set(two.prompts_seen) == {"broadcast"}
     # no mission: three unanswered nudges, then idle and the loop stops

@@ -328,7 +328,10 @@ def test_tiering_disabled_by_env_gives_one_summary(counter: cf.TokenCounter) -> 
     window = int(counter.count_messages(history) / 0.8)
     outcome, requests = drive(policy, history, context_for(counter, window))
     kept = outcome.details["tiers"]["tier0"]
-    assert [(r.purpose, len(r.messages)) for r in requests] == [("tier1", 60 - kept)]
+    # One tier; a summary that leaves most of its room unused is made again (once) for the
+    # span left after the newest groups joined tier 0 in that room.
+    assert [r.purpose for r in requests] in (["tier1"], ["tier1", "tier1"])
+    assert len(requests[-1].messages) == 60 - kept
     assert outcome.messages[-kept:] == history[-kept:]
 
 

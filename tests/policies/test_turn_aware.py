@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._lossless.references import handle_for
 from contextfold._messages.prompt_kinds import prompt_kind
+from contextfold._policies.notices import is_notice
 from contextfold.policy import (
     CompactionContext,
     ConversationState,
@@ -27,6 +29,11 @@ BIG = cf.Budget(context_window=200_000)
 def loop(call_id: str, result: str, name: str = "tool") -> list[cf.Message]:
     return [M("assistant", "", tool_calls=(TC(call_id, name, "{}"),)),
             M("tool", result, tool_call_id=call_id, name=name)]
+
+
+def kept(messages):
+    """The output without its removal notices (their own tests are below)."""
+    return [m for m in messages if not is_notice(m)]
 
 
 def compact(messages, budget=BIG, counter=None, policy=None):
@@ -47,8 +54,14 @@ def seed_example():
 def test_seed_example_compresses_history_and_keeps_the_current_turn():
     system, old, current = seed_example()
     out = compact([system, *old, *current]).messages
-    # old turn: prompt, latest loop (c2) and the final answer; current turn complete.
-    assert out == [system, old[0], *old[3:5], old[5], *current]
+    # old turn: prompt, latest loop (c2) and the final answer; current turn complete; the
+    # loop the old turn left out is marked where it was, with its handle.
+    handle = handle_for(old[1:3])
+    notice = M("user", f'[2 messages removed (tools: tool); read_original("{handle}")]',
+               source="summary", metadata={"compaction": "notice", "removed": 2})
+    assert out == [system, old[0], notice, *old[3:5], old[5], *current]
+    plain = compact([system, *old, *current], policy=cf.TurnAwarePolicy(notices=False))
+    assert plain.messages == [system, old[0], *old[3:5], old[5], *current]
 
 
 def test_single_turn_history_comes_back_as_the_input_itself():
@@ -107,7 +120,7 @@ def test_history_is_dropped_oldest_first_then_the_current_turn_shrinks(counter):
     needed = counter.count_messages([history[0], *current])
     budget = cf.Budget(context_window=needed + 200)
     out = compact(history, budget=budget, counter=counter).messages
-    prompts = [m.text for m in out if m.role == "user"]
+    prompts = [m.text for m in kept(out) if m.role == "user"]
     assert prompts[-1] == "current"
     assert prompts[:-1] == [f"question {t}" for t in range(4)][4 - len(prompts[:-1]):]
     assert [m.id for m in out[-len(current):]] == [m.id for m in current]  # all kept
@@ -115,7 +128,7 @@ def test_history_is_dropped_oldest_first_then_the_current_turn_shrinks(counter):
     tight = cf.Budget(context_window=counter.count_messages([history[0], *current[:1],
                                                               *current[-2:]]) + 60)
     out = compact(history, budget=tight, counter=counter).messages
-    assert [m.text for m in out if m.role == "user"] == ["current"]
+    assert [m.text for m in kept(out) if m.role == "user"] == ["current"]
     assert out[-2:] == current[-2:] or "[TRUNCATED" in out[-1].text
     assert_valid_within(out, tight, counter)
 
@@ -187,7 +200,7 @@ def test_valid_within_budget_and_whole_current_turn_when_it_fits(counter, messag
 
 @given(histories(max_turns=6, max_tool_chars=2_000))
 def test_historical_turns_hold_at_most_prompt_loop_and_answer(counter, messages):
-    out = compact(messages, counter=counter).messages
+    out = kept(compact(messages, counter=counter).messages)
     view = cf.repair(messages)[0]
     current = _current_turn(view)
     if not current:

@@ -15,6 +15,7 @@ from .._contract.policy import CompactionContext, Target
 from .._head_tail import HeadTail, truncate_head_tail
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message, TextPart
+from .salience import cut_identifiers
 
 __all__ = [
     "BudgetFit",
@@ -86,7 +87,9 @@ def _shrunk(
     message: Message, shape: HeadTail, max_chars: int | None, handle: str | None,
 ) -> Message:
     text = message.text
-    cut = truncate_head_tail(text, shape, max_chars=max_chars, handle=handle)
+    # The middle's lines naming the message's identifiers stay, within the same length.
+    cut = truncate_head_tail(text, shape, max_chars=max_chars, handle=handle,
+                             identifiers=cut_identifiers(message))
     if isinstance(message.content, str):
         return message if cut == text else replace(message, content=cut)
     others = sum(1 for p in message.content if not isinstance(p, TextPart))

@@ -8,22 +8,26 @@ however long the agent runs, while the full history stays in the store::
     [latest tool loop]         the assistant message with tool calls and all its results
 
 Loop-slice compacts on every call (it is not threshold based); it returns the input object
-itself when the slice is the whole input.
+itself when the slice is the whole input. Every run of messages it leaves out gets a
+one-line notice where it was, with the handles that read it back
+(:mod:`~contextfold._policies.notices`), unless ``notices=False``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from .._config import Ge, check
-from .._contract.policy import CompactionContext, PolicyOutcome
+from .._contract.policy import CompactionContext, PolicyOutcome, Target
 from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
 from .._messages.model import Message
 from .._messages.structure import Group, leading_system_count
 from ..errors import BudgetExceededError
 from .fitting import fits_budget, same, shrink_largest_first, squeeze, targets
+from .notices import Marks, mark_removals
 from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
 from .simple import SimplePolicy
 from .temporal import TemporalContext
@@ -114,6 +118,10 @@ class LoopSlicePolicy(SimplePolicy):
             present: direct, then commander broadcast, then swarm broadcast).
         shape: head+tail proportions for cutting tool results.
         temporal: inject the current date and time into the system prompt on every build.
+        ledger: the compaction ledger's settings; ``None`` (the default) keeps no ledger.
+        notices: leave a one-line notice with its handles where each run of left-out
+            messages was (the default; the notices count in the budget, bare or left out
+            when they do not fit beside the prompt); ``False`` sends the slice alone.
 
     Raises:
         ConfigurationError: an out-of-range parameter.
@@ -135,9 +143,12 @@ class LoopSlicePolicy(SimplePolicy):
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
         ledger: Ledger | None = None,
+        notices: bool = True,
     ) -> None:
         check("LoopSlicePolicy", "max_context_messages", max_context_messages,
               Annotated[int, Ge(1)])
+        check("LoopSlicePolicy", "notices", notices, bool)
+        self.notices = notices
         check("LoopSlicePolicy", "ledger", ledger, Ledger | None)
         self.ledger = ledger
         check("LoopSlicePolicy", "selection", selection, Literal["recency", "priority"])
@@ -172,12 +183,17 @@ class LoopSlicePolicy(SimplePolicy):
         out = [*system, choice.message, *loop_messages]
         details = _details(choice, loop, context)
         head_len = len(system) + 1
-        fitted, notes = fit_loop(out, head_len, context, self.shape)
+        origins = list(range(loop.start, loop.end)) if loop else []
+        placed: list[int | None] = [*([None] * len(system)), choice.index, *origins]
+        marks, fitted, notes = self._fitted(messages, out, placed, head_len, context)
         if same(fitted, messages):
             return PolicyOutcome(messages=messages, method="none", details=details)
-        origins = list(range(loop.start, loop.end)) if loop else []
-        changed = targets(out[head_len:], fitted[head_len:], origins, context)
+        changed: list[Target] = targets(out[head_len:], fitted[head_len:], origins, context)
         details["loop_messages"] = len(fitted) - head_len
+        if marks is not None:
+            fitted = marks.messages
+            changed = sorted([*changed, *marks.targets], key=lambda t: t.index)
+            details["notices"] = sum(o is None for o in marks.origins[head_len:])
         return PolicyOutcome(
             messages=fitted,
             method=self.name,
@@ -185,6 +201,34 @@ class LoopSlicePolicy(SimplePolicy):
             notes=(*prompt_notes(choice, context.state, self.nudges), *notes),
             details=details,
         )
+
+    def _fitted(
+        self, messages: Sequence[Message], out: list[Message], origins: list[int | None],
+        head_len: int, context: CompactionContext,
+    ) -> tuple[Marks | None, list[Message], list[str]]:
+        """The slice fitted with room for its notices (:func:`fit_loop`), and the notices
+        for what it leaves out: detailed when they fit, else bare, else none (with a
+        note); the room is reserved before the loop is cut, so the notices never push the
+        output over the budget."""
+        if not self.notices:
+            return (None, *fit_loop(out, head_len, context, self.shape))
+        fits = fits_budget(context)
+        for detail in (True, False):
+            planned = mark_removals(messages, out, origins, context, detail=detail)
+            extra = context.measure(planned.messages) - context.measure(out)
+            roomy = replace(context, fixed_tokens=context.fixed_tokens + max(0, extra))
+            try:
+                fitted, notes = fit_loop(out, head_len, roomy, self.shape)
+            except BudgetExceededError:
+                continue
+            # What stays of the loop (all of it, cut or not, or none) decides the runs.
+            kept = origins[: len(fitted)]
+            marks = (planned.placed(fitted, kept) if len(fitted) == len(out)
+                     else mark_removals(messages, fitted, kept, context, detail=detail))
+            if fits(marks.messages):
+                return marks, fitted, notes
+        fitted, notes = fit_loop(out, head_len, context, self.shape)
+        return None, fitted, [*notes, "no room for the removal notices beside the prompt"]
 
 
 def _details(

@@ -43,6 +43,8 @@ class TierPlan:
     headers: dict[int, int] = field(default_factory=dict)
     needs: dict[int, int] = field(default_factory=dict)  # tier -> header + preserved share
     cut_newest: bool = False  # the newest group must be cut head+tail to fit
+    cut_groups: dict[int, tuple[Message, ...]] = field(default_factory=dict)
+    """Tier-0 groups kept with their tool results cut (in the room a summary left)."""
 
     def members(self, tier: int) -> list[int]:
         """The groups in ``tier``, oldest first."""

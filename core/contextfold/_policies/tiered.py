@@ -50,12 +50,19 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Annotated, Any
 
 from .._config import Ge, Le, check_fields, config_error
-from .._contract.policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest
+from .._contract.policy import (
+    CompactionContext,
+    PolicyOutcome,
+    PolicyRun,
+    SummaryRequest,
+    Target,
+)
 from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
@@ -74,6 +81,7 @@ from .importance import (
     score_messages,
 )
 from .learning import apply_learning, learned_in
+from .salience import cut_identifiers
 from .tier_plan import (
     FixedParts,
     TierPlan,
@@ -210,24 +218,67 @@ class TieredPolicy:
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
-        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
         for tier in (3, 2, 1):  # oldest first: what they leave unused widens tier 0
             if tier == 1:
                 self._widen_tier0(plan, summaries, context)
-            members = plan.members(tier)
-            if not members:
+            message = yield from self._summarized(tier, messages, plan, context)
+            if message is None:
                 continue
-            originals = tuple(m for g in members for m in plan.groups[g].messages)
-            task = (messages[latest].text
-                    if latest is not None and latest >= plan.groups[members[-1]].end else None)
-            reply = yield SummaryRequest(
-                messages=originals, instructions=self.instructions[tier - 1],
-                max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
-                open_request=open_request(messages),
-                latest_request=task,
-            )
-            summaries[tier] = self._tier_message(tier, originals, reply.text, plan, context)
+            summaries[tier] = message
+            if tier == 1 and self._regrow_tier0(plan, message, context):
+                # The summary came back well under its room: tier 1's newest groups went
+                # raw into that room, and the rest is summarized again (once), so the
+                # output fills its target instead of leaving the room unused.
+                again = yield from self._summarized(1, messages, plan, context)
+                if again is None:
+                    del summaries[1]
+                else:
+                    summaries[1] = again
         return self._finish(messages, plan, summaries, context)
+
+    def _summarized(
+        self, tier: int, messages: Sequence[Message], plan: TierPlan, context: CompactionContext,
+    ) -> Generator[SummaryRequest, Any, Message | None]:
+        """Tier ``tier``'s summary message (``None`` when the tier holds nothing)."""
+        members = plan.members(tier)
+        if not members:
+            return None
+        latest = find_prompt(messages, plan.lead)  # the task of every tier's summary
+        originals = tuple(m for g in members for m in plan.groups[g].messages)
+        task = (messages[latest].text
+                if latest is not None and latest >= plan.groups[members[-1]].end else None)
+        reply = yield SummaryRequest(
+            messages=originals, instructions=self.instructions[tier - 1],
+            max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
+            open_request=open_request(messages),
+            latest_request=task,
+        )
+        return self._tier_message(tier, originals, reply.text, plan, context)
+
+    def _regrow_tier0(self, plan: TierPlan, summary: Message, context: CompactionContext
+                      ) -> bool:
+        """Tier 1's newest groups join tier 0 raw while they fit in the room its summary
+        left unused; its room shrinks by what they take. True when any moved."""
+        unused = plan.rooms[1] - context.counter.count_message(summary)
+        members = plan.members(1)
+        moved = 0
+        while members:
+            size = self._group_tokens(plan, members[-1], context)
+            if moved + size > unused:
+                break
+            plan.tier_of[members.pop()] = 0
+            moved += size
+        if members and unused - moved >= _MIN_CUT_ROOM:
+            # The next group alone is larger than the room left (a long tool result): it
+            # joins tier 0 with its results cut head+tail to that room, its lines naming
+            # identifiers kept, rather than the room staying empty.
+            cut = _cut_group(plan.groups[members[-1]].messages, unused - moved, context)
+            if cut is not None:
+                plan.cut_groups[members[-1]] = cut
+                plan.tier_of[members.pop()] = 0
+                moved += sum(map(context.counter.count_message, cut))
+        plan.rooms[1] -= moved
+        return moved > 0
 
     # -- planning --------------------------------------------------------------------
 
@@ -373,10 +424,17 @@ class TieredPolicy:
         newest_kept = bool(plan.groups) and (not free or free[0] != len(plan.groups) - 1)
         least = 0 if newest_kept or not free else 1
         fixed = self._fixed_parts(plan, context, messages)
+        listed = list(accumulate((_listed_tokens(plan.groups[g].messages) for g in free),
+                                 initial=0))
+
+        def ids(extent: int) -> dict[int, int]:
+            """What a list of each tier's identifiers takes (about)."""
+            cuts = (0, extent, *recency.ends(extent), len(free))
+            return {t: listed[cuts[t + 1]] - listed[cuts[t]] for t in (1, 2, 3)}
 
         def fits(extent: int) -> bool:
             sizes = recency.sizes(extent)
-            self._allocate(plan, sizes, fixed)
+            self._allocate(plan, sizes, fixed, ids(extent))
             if plan.allocation is not None:
                 return sizes.tokens[0] <= plan.allocation.tiers[0]
             if extent <= recency.by_count:  # the design's tier 0: the input budget binds
@@ -396,7 +454,7 @@ class TieredPolicy:
                 if fits(extent):
                     break
         plan.tier_of = recency.tier_of(extent)
-        self._allocate(plan, recency.sizes(extent), fixed)
+        self._allocate(plan, recency.sizes(extent), fixed, ids(extent))
 
     def _fixed_parts(
         self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
@@ -421,10 +479,12 @@ class TieredPolicy:
             header=header,
         )
 
-    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts) -> None:
+    def _allocate(self, plan: TierPlan, sizes: TierSizes, fixed: FixedParts,
+                  ids: Mapping[int, int] | None = None) -> None:
         """The allocation for tiers of ``sizes``: each tier 1-3 needs its header, its
         preserved share and the earlier summaries it carries, capped by its share of the
-        budget."""
+        budget; and room for the list of its identifiers (``ids``), taken from tier 0, up to
+        an eighth of the target for all tiers together."""
         needs = []
         for t in (1, 2, 3):
             plan.headers[t] = fixed.header
@@ -441,6 +501,31 @@ class TieredPolicy:
         for t in (1, 2, 3):
             room = allocation.tiers[t] if self.budget_allocation else needs[t - 1]
             plan.rooms[t] = max(room, plan.headers[t])
+        if ids is not None and plan.allocation is not None:
+            self._room_for_identifiers(plan, sizes, ids)
+
+    def _room_for_identifiers(self, plan: TierPlan, sizes: TierSizes, ids: Mapping[int, int]
+                              ) -> None:
+        """Each tier's room grows to hold the list of its identifiers (within what it
+        needs), taken from tier 0's allocation: a summary's data list keeps a reference
+        code in a few tokens where a raw message spends a hundred per code. All tiers
+        together take at most an eighth of the target this way (the compaction ledger
+        holds identifiers of what was compacted too)."""
+        allocation = plan.allocation
+        assert allocation is not None
+        cap = plan.target // 8
+        tiers = list(allocation.tiers)
+        for t in (1, 2, 3):
+            if not sizes.groups[t] or cap <= 0:
+                continue
+            want = min(plan.headers[t] + ids[t], plan.needs[t])
+            more = min(max(0, want - plan.rooms[t]), cap, tiers[0])
+            plan.rooms[t] += more
+            tiers[t] += more
+            tiers[0] -= more
+            cap -= more
+        if tiers != list(allocation.tiers):
+            plan.allocation = replace(allocation, tiers=(tiers[0], tiers[1], tiers[2], tiers[3]))
 
     def _plan_tokens(
         self, plan: TierPlan, messages: Sequence[Message], context: CompactionContext
@@ -509,15 +594,25 @@ class TieredPolicy:
         for g, grp in enumerate(plan.groups):
             tier = plan.tier_of.get(g, 0)
             if tier == 0:
-                out.extend(grp.messages)
+                out.extend(plan.cut_groups.get(g, grp.messages))
             elif tier not in placed:
                 placed.add(tier)
                 out.append(summaries[tier])
         if context.measure(out) > context.budget.input_budget and not cut_newest(
                 out, plan, context):
             raise self._too_big(plan, messages, context)
+        cut = tuple(
+            Target(index=i, role=old.role, method="truncated",
+                   original_tokens=context.counter.count_message(old),
+                   new_tokens=context.counter.count_message(new),
+                   tool_name=old.name if old.role == "tool" else None, handle=handle_for(old))
+            for g, group in sorted(plan.cut_groups.items())
+            for i, old, new in zip(range(plan.groups[g].start, plan.groups[g].end),
+                                   plan.groups[g].messages, group, strict=True)
+            if new is not old)
         return PolicyOutcome(
-            messages=out, method=self.name, targets=tier_targets(plan, context),
+            messages=out, method=self.name,
+            targets=tuple(sorted((*tier_targets(plan, context), *cut), key=lambda t: t.index)),
             details=tier_details(messages, out, plan, context),
         )
 
@@ -549,6 +644,45 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
+
+_MIN_CUT_ROOM = 200
+"""The least room (tokens) worth filling with a cut group: less holds little beyond the
+labels."""
+
+
+def _cut_group(
+    group: Sequence[Message], room: int, context: CompactionContext,
+) -> tuple[Message, ...] | None:
+    """``group`` with its tool results cut head+tail to the largest common size that keeps
+    it within ``room`` tokens, each label naming its original's handle; ``None`` when not
+    even the labels fit or there is nothing to cut."""
+    count = context.counter.count_message
+    spots = [k for k, m in enumerate(group) if m.role == "tool" and not m.is_pinned]
+    if not spots:
+        return None
+    refs = {k: handle_text(handle_for(group[k]), context) for k in spots}
+
+    def build(cap: int) -> tuple[Message, ...]:
+        return tuple(shrink_message(m, HeadTail(), max_chars=cap, handle=refs[k])
+                     if k in refs else m for k, m in enumerate(group))
+
+    if sum(map(count, build(0))) > room:
+        return None
+    lo, hi = 0, max(sum(HeadTail().sizes(len(group[k].text))) for k in spots)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(map(count, build(mid))) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return build(lo)
+
+
+def _listed_tokens(group: Sequence[Message]) -> int:
+    """About what a summary's data list of ``group``'s identifiers takes: a token per three
+    characters of each, and two for its line."""
+    return sum(len(v) // 3 + 2 for v in {v for m in group for v in cut_identifiers(m)})
+
 
 # -- configuration from the environment ------------------------------------------------
 

@@ -23,7 +23,13 @@ suffix of groups, which may start with an assistant tool loop of a long-running 
 * apart from middle_out's task prompt and the turn's prompt, the kept groups are
   contiguous: a newer group is never dropped to keep an older one;
 * pinned messages are never cut; one dropped with its group is put back verbatim by the
-  ``Compactor``'s pin guarantee, with the room it needs reserved.
+  ``Compactor``'s pin guarantee, with the room it needs reserved;
+* every run of dropped messages leaves a one-line notice where it was, naming how many
+  went, their tools and identifiers, and the handles that read them back
+  (:mod:`~contextfold._policies.notices`); the notices count in the budget, bare (count
+  and handles) when the detailed ones do not fit, left out only when not even a bare
+  notice fits beside the most recent group. ``notices=False`` gives ``trim_messages``-like
+  output: the kept messages only.
 
 ``BudgetExceededError`` is raised only when the system messages plus the most recent
 group (with its prompt, and its tool results cut down to their labels) do not fit.
@@ -52,9 +58,11 @@ from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
+from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import leading_system_count
 from ..errors import BudgetExceededError
 from .fitting import shrink_message
+from .notices import Marks, mark_removals
 from .simple import SimplePolicy
 
 __all__ = ["TruncationPolicy"]
@@ -127,6 +135,9 @@ class TruncationPolicy(SimplePolicy):
             keeps the first group (the task prompt) as well and drops from the middle,
             falling back to ``oldest_first`` when the two ends together cannot fit.
         shape: the head+tail proportions used when the most recent group alone is too big.
+        ledger: the compaction ledger's settings; ``None`` (the default) keeps no ledger.
+        notices: leave a one-line notice with its handle where each run of dropped
+            messages was (the default); ``False`` keeps only the kept messages.
 
     Runs when the input exceeds the budget's ``input_budget`` (less the fixed tokens), or
     when forced; a forced run (the overflow retry) aims for ``target_tokens`` instead so
@@ -137,22 +148,40 @@ class TruncationPolicy(SimplePolicy):
 
     def __init__(
         self, strategy: Strategy = "oldest_first", *, shape: HeadTail | None = None,
-        ledger: Ledger | None = None,
+        ledger: Ledger | None = None, notices: bool = True,
     ):
         check("TruncationPolicy", "strategy", strategy, Strategy)
         check("TruncationPolicy", "ledger", ledger, Ledger | None)
+        check("TruncationPolicy", "notices", notices, bool)
+        self.notices = notices
         self.ledger = ledger
         self.strategy: Strategy = strategy
         self.shape = shape or HeadTail()
 
     def __repr__(self) -> str:
-        return f"TruncationPolicy(strategy={self.strategy!r})"
+        notices = "" if self.notices else ", notices=False"
+        return f"TruncationPolicy(strategy={self.strategy!r}{notices})"
 
     def apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        """Keep the system messages and the newest groups (and the task prompt) that fit."""
-        counter = context.counter
+        """Keep the system messages and the newest groups (and the task prompt) that fit,
+        with a notice where each run of dropped messages was."""
         if not context.force and _fits(messages, context):
             return PolicyOutcome(messages=messages)
+        if not self.notices:
+            return self._apply(messages, context, notices=False)
+        try:
+            return self._apply(messages, context, notices=True)
+        except BudgetExceededError:
+            # Not even bare notices fit beside the most recent group cut to its labels: the
+            # removals go unmarked rather than the call failing (the report still names
+            # every handle).
+            outcome = self._apply(messages, context, notices=False)
+            note = "truncation: no room for the removal notices beside the most recent group"
+            return replace(outcome, notes=(*outcome.notes, note))
+
+    def _apply(self, messages: Sequence[Message], context: CompactionContext, *,
+               notices: bool) -> PolicyOutcome:
+        counter = context.counter
         known = context.known_tokens
         limit = self._limit(context, context.measure(messages) if known else 0)
         layout = _layout(messages, counter)
@@ -160,6 +189,7 @@ class TruncationPolicy(SimplePolicy):
         base = counter.count_messages(messages[: layout.n_sys])
         allowance = limit - base
         out: list[Message] = []
+        marks: Marks | None = None
         for attempt in range(_RETRIES):
             try:
                 plan = self._plan(messages, layout, allowance, context.fixed_tokens + base,
@@ -175,7 +205,10 @@ class TruncationPolicy(SimplePolicy):
                     needed=counter.count_messages(out) + context.fixed_tokens,
                     available=limit + context.fixed_tokens,
                 ) from None
-            out = _assemble(messages, layout, plan)
+            out, origins = _assemble(messages, layout, plan)
+            marks = _marked(messages, out, origins, context, limit) if notices else None
+            if marks is not None:
+                out = marks.messages
             total = counter.count_messages(out)
             if total <= limit:
                 break
@@ -192,7 +225,7 @@ class TruncationPolicy(SimplePolicy):
             )
         if plan.tail is None and len(plan.kept(len(layout.sizes))) == len(layout.sizes):
             return PolicyOutcome(messages=messages)
-        return self._outcome(messages, out, layout, plan, context, limit)
+        return self._outcome(messages, out, layout, plan, context, limit, marks)
 
     # -- planning -------------------------------------------------------------------
 
@@ -265,9 +298,11 @@ class TruncationPolicy(SimplePolicy):
         plan: _Plan,
         context: CompactionContext,
         limit: int,
+        marks: Marks | None,
     ) -> PolicyOutcome:
         """The outcome with a target per dropped or cut message, in input order."""
-        found = _dropped(messages, layout, plan, context.counter)
+        found = (list(marks.targets) if marks is not None
+                 else _dropped(messages, layout, plan, context.counter))
         dropped = len(found)
         if plan.tail is not None:
             start, count = layout.bounds[-2], context.counter.count_message
@@ -286,6 +321,7 @@ class TruncationPolicy(SimplePolicy):
             "messages_truncated": len(found) - dropped,
             "kept_task_prompt": plan.head is not None,
             "kept_turn_prompt": plan.prompt is not None,
+            "notices": sum(o is None for o in marks.origins) if marks is not None else 0,
         }
         notes: tuple[str, ...] = ()
         if self.strategy == "middle_out" and 0 not in kept:
@@ -320,13 +356,17 @@ def _layout(messages: Sequence[Message], counter: TokenCounter) -> _Layout:
     bounds.append(n)
     sizes = _Sizes(messages, bounds, counter.count_message)
     need: list[int] = []
-    last_user = -1
+    last_user = last_prompt = -1
     for g, start in enumerate(bounds[:-1]):
         if messages[start].role == "user":
             need.append(-1)
             last_user = g
+            if prompt_kind(messages[start]) is not None:
+                last_prompt = g
         else:
-            need.append(last_user)
+            # The turn's prompt is its real request, not a summary or an earlier removal
+            # notice after it (those are user messages too: any keeps the format valid).
+            need.append(last_prompt if last_prompt >= 0 else last_user)
     return _Layout(n_sys, bounds, sizes, need)
 
 
@@ -352,19 +392,37 @@ def _newest_that_fit(
     return _Plan(start=best[0], prompt=best[1]) if best is not None else None
 
 
-def _assemble(messages: Sequence[Message], layout: _Layout, plan: _Plan) -> list[Message]:
-    """The kept messages in input order, the shrunk last group in place of the original."""
+def _assemble(
+    messages: Sequence[Message], layout: _Layout, plan: _Plan
+) -> tuple[list[Message], list[int | None]]:
+    """The kept messages in input order, the shrunk last group in place of the original,
+    and the input position of each."""
     bounds = layout.bounds
     out = list(messages[: layout.n_sys])
+    origins: list[int | None] = list(range(layout.n_sys))
     for g in (plan.head, plan.prompt):
         if g is not None:
             out.extend(layout.group(messages, g))
+            origins.extend(range(bounds[g], bounds[g + 1]))
     if plan.tail is None:
         out.extend(messages[bounds[plan.start] :])
     else:
         out.extend(messages[bounds[plan.start] : bounds[-2]])
         out.extend(plan.tail)
-    return out
+    origins.extend(range(bounds[plan.start], len(messages)) if bounds else ())
+    return out, origins
+
+
+def _marked(
+    messages: Sequence[Message], out: list[Message], origins: list[int | None],
+    context: CompactionContext, limit: int,
+) -> Marks:
+    """``out`` with its removal notices: detailed when they fit within ``limit``, else
+    bare (the caller plans again with less room when even those do not fit)."""
+    full = mark_removals(messages, out, origins, context)
+    if context.counter.count_messages(full.messages) <= limit:
+        return full
+    return mark_removals(messages, out, origins, context, detail=False)
 
 
 def _dropped(

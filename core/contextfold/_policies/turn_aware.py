@@ -15,21 +15,30 @@ Each historical turn keeps its prompt, its latest tool loop and its final assist
 (the last message of the turn when it is an assistant text). The seed keeps only the loop;
 the prompt keeps the sequence valid (a loop must follow a user message) and says what the
 loop was for, and the answer is what the user was told, which later turns build on.
+
+Nothing leaves view unmarked: each run of messages the composition leaves out (a past
+turn's earlier loops, past turns dropped for room, the current turn's earlier groups) gets
+a one-line notice where it was, with the handles that read it back
+(:mod:`~contextfold._policies.notices`), and every head+tail label names the handle of
+its original. The notices count in the budget (their room is reserved before the fit);
+``notices=False`` leaves them out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._config import check
 from .._contract.policy import CompactionContext, PolicyOutcome
 from .._head_tail import HeadTail
 from .._lossless.ledger import Ledger
+from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import Group, leading_system_count, split_groups
+from ..errors import BudgetExceededError
 from .fitting import (
     BudgetFit,
     fits_budget,
@@ -40,6 +49,7 @@ from .fitting import (
     targets,
 )
 from .loop_slice import fit_loop
+from .notices import Marks, fitted_marks, mark_removals
 from .prompt_source import NudgeConfig, PromptChoice, choose_prompt, prompt_notes, restored_on_error
 from .scans import GroupScan
 from .simple import SimplePolicy
@@ -47,6 +57,10 @@ from .temporal import TemporalContext
 from .turn_sums import SumsFit, TurnSums, fit_by_sums
 
 __all__ = ["TurnAwarePolicy", "compress_turn"]
+
+_BEFORE_THE_TURN = ("cut older loops of the current turn", "dropped historical turns, oldest first")
+"""The degradation steps that keep every message of the current turn: the room the
+notices need may be taken by these, never by the steps after them."""
 
 
 def compress_turn(groups: Sequence[Group]) -> list[int]:
@@ -103,12 +117,13 @@ class _Plan:
         return out, origins
 
     def shrink(self, messages: Sequence[Message], indices: set[int], fits: BudgetFit,
-               shape: HeadTail) -> bool:
-        """Cut tool results at input ``indices`` head+tail, largest first, until it fits."""
+               shape: HeadTail, context: CompactionContext) -> bool:
+        """Cut tool results at input ``indices`` head+tail, largest first, until it fits;
+        each label names its original's handle."""
         out, origins = self.build(messages)
         positions = [k for k, o in enumerate(origins)
                      if o is not None and o in indices and out[k].role == "tool"]
-        done = shrink_largest_first(out, positions, fits, shape)
+        done = shrink_largest_first(out, positions, fits, shape, context)
         for k in positions:
             o = origins[k]
             if o is not None and out[k] is not messages[o]:
@@ -146,6 +161,9 @@ class TurnAwarePolicy(SimplePolicy):
         include_search_guidance: append ``nudges.search_guidance`` to each nudge.
         shape: head+tail proportions for cutting tool results.
         temporal: inject the current date and time into the system prompt on every build.
+        ledger: the compaction ledger's settings; ``None`` (the default) keeps no ledger.
+        notices: leave a one-line notice with its handles where each run of left-out
+            messages was (the default); ``False`` leaves them out.
     """
 
     name = "turn_aware"
@@ -162,8 +180,11 @@ class TurnAwarePolicy(SimplePolicy):
         shape: HeadTail | None = None,
         temporal: TemporalContext | None = None,
         ledger: Ledger | None = None,
+        notices: bool = True,
     ) -> None:
         check("TurnAwarePolicy", "nudges", nudges, NudgeConfig | None)
+        check("TurnAwarePolicy", "notices", notices, bool)
+        self.notices = notices
         check("TurnAwarePolicy", "ledger", ledger, Ledger | None)
         self.ledger = ledger
         self.nudges = nudges or NudgeConfig()
@@ -173,15 +194,11 @@ class TurnAwarePolicy(SimplePolicy):
         self.temporal = temporal
 
     def _compose(
-        self, messages: Sequence[Message], context: CompactionContext
+        self, messages: Sequence[Message], context: CompactionContext, choice: PromptChoice,
     ) -> tuple[_Plan, PromptChoice, SumsFit | None]:
-        """The uncut composition (updates ``context.state`` through the prompt choice),
-        and, for a long turn in a conversation's lineage, the fit decided by its sums."""
+        """The uncut composition around ``choice`` and, for a long turn in a
+        conversation's lineage, the fit decided by its sums."""
         n_sys = leading_system_count(messages)
-        choice = choose_prompt(
-            messages, n_sys, context, nudges=self.nudges, swarm_id=self.swarm_id,
-            search_guidance=self.include_search_guidance,
-        )
         system = list(messages[:n_sys])
         if self.temporal is not None:
             system = list(self.temporal.inject(system, context.now))
@@ -240,7 +257,8 @@ class TurnAwarePolicy(SimplePolicy):
             cut = [i for g in middle if g.is_tool_loop for i in range(g.start, g.end)
                    if messages[i].role == "tool"] if fit.older_cut else []
             for i in [*cut, *fit.loop_cut]:
-                new = shrink_if_fewer_tokens(messages[i], self.shape, context.counter.count_message)
+                new = shrink_if_fewer_tokens(messages[i], self.shape, context.counter.count_message,
+                                             handle=handle_text(handle_for(messages[i]), context))
                 if new is not messages[i]:
                     plan.replaced[i] = new
         return plan, choice, fit
@@ -251,10 +269,69 @@ class TurnAwarePolicy(SimplePolicy):
             return self._apply(messages, context)
 
     def _apply(self, messages: Sequence[Message], context: CompactionContext) -> PolicyOutcome:
-        plan, choice, decided = self._compose(messages, context)
+        choice = choose_prompt(
+            messages, leading_system_count(messages), context, nudges=self.nudges,
+            swarm_id=self.swarm_id, search_guidance=self.include_search_guidance,
+        )
+        plan, fitted, fitted_origins, steps, marks = self._marked(messages, context, choice)
         details: dict[str, Any] = {"prompt_kind": choice.kind, "prompt_origin": choice.origin,
                    "encouragement_count": context.state.encouragement_count,
                    "idle": context.state.idle, "history_turns": plan.all_history}
+        before = originals(messages, fitted, fitted_origins)
+        changed = targets(before, fitted, fitted_origins, context)
+        details["history_turns_kept"] = len(plan.history)
+        details["degradation"] = steps
+        if same(fitted, messages):
+            return PolicyOutcome(messages=messages, method="none", details=details)
+        notes = [*prompt_notes(choice, context.state, self.nudges),
+                 *(f"over budget: {s}" for s in steps)]
+        if marks is not None:
+            fitted = marks.messages
+            changed = sorted([*changed, *marks.targets], key=lambda t: t.index)
+            details["notices"] = sum(o is None for o in marks.origins) - (
+                sum(o is None for o in fitted_origins))
+        elif self.notices:
+            notes.append("no room for the removal notices")
+        return PolicyOutcome(messages=fitted, method=self.name, targets=tuple(changed),
+                             notes=tuple(notes), details=details)
+
+    def _marked(
+        self, messages: Sequence[Message], context: CompactionContext, choice: PromptChoice,
+    ) -> tuple[_Plan, list[Message], list[int | None], list[str], Marks | None]:
+        """The fitted composition and its removal notices. The notices' room is reserved
+        by fitting again with it taken from the budget when the first fit leaves too little
+        (the notices of a tighter fit are rarely more: dropping more joins runs); ``None``
+        for the notices when they are off or not even bare ones find room."""
+        reserve = 0
+        fits = fits_budget(context)
+        first: tuple[_Plan, list[Message], list[int | None], list[str]] | None = None
+        for _ in range(3):
+            roomy = replace(context, fixed_tokens=context.fixed_tokens + reserve)
+            try:
+                plan, fitted, origins, steps = self._fitted(messages, roomy, choice)
+            except BudgetExceededError:
+                if first is None:
+                    raise
+                break
+            if first is None:
+                first = plan, fitted, origins, steps
+                if not self.notices:
+                    return (*first, None)
+            elif not set(steps) <= {*first[3], *_BEFORE_THE_TURN}:
+                break  # the notices would cost the current turn: it goes first
+            marks = fitted_marks(messages, fitted, origins, context, fits)
+            if marks is not None:
+                return plan, fitted, origins, steps, marks
+            wanted = mark_removals(messages, fitted, origins, context, detail=False)
+            reserve += max(1, fits.over(wanted.messages))
+        assert first is not None
+        return (*first, None)
+
+    def _fitted(
+        self, messages: Sequence[Message], context: CompactionContext, choice: PromptChoice,
+    ) -> tuple[_Plan, list[Message], list[int | None], list[str]]:
+        """The composition fitted to ``context``'s budget, by hand or by the sums."""
+        plan, choice, decided = self._compose(messages, context, choice)
         if decided is None:
             fitted, fitted_origins, steps = self._fit(plan, messages, context)
         elif decided.fits:
@@ -263,18 +340,7 @@ class TurnAwarePolicy(SimplePolicy):
         else:
             steps = decided.steps
             fitted, fitted_origins = self._last_resort(plan, messages, context, steps)
-        before = originals(messages, fitted, fitted_origins)
-        changed = targets(before, fitted, fitted_origins, context)
-        details["history_turns_kept"] = len(plan.history)
-        details["degradation"] = steps
-        if same(fitted, messages):
-            return PolicyOutcome(messages=messages, method="none", details=details)
-        return PolicyOutcome(
-            messages=fitted, method=self.name, targets=tuple(changed),
-            notes=(*prompt_notes(choice, context.state, self.nudges),
-                   *(f"over budget: {s}" for s in steps)),
-            details=details,
-        )
+        return plan, fitted, fitted_origins, steps
 
     def _fit(
         self, plan: _Plan, messages: Sequence[Message], context: CompactionContext
@@ -289,7 +355,7 @@ class TurnAwarePolicy(SimplePolicy):
         older = {i for g in plan.middle if g.is_tool_loop for i in range(g.start, g.end)}
         if not done() and older:
             steps.append("cut older loops of the current turn")
-            plan.shrink(messages, older, fits, self.shape)
+            plan.shrink(messages, older, fits, self.shape, context)
         if not done() and plan.history:
             steps.append("dropped historical turns, oldest first")
             # One pass: the newest turns whose counts fit the room left without any history
@@ -310,7 +376,7 @@ class TurnAwarePolicy(SimplePolicy):
         latest = set(range(plan.loop.start, plan.loop.end)) if plan.loop else set()
         if not done() and latest:
             steps.append("cut the latest loop")
-            plan.shrink(messages, latest, fits, self.shape)
+            plan.shrink(messages, latest, fits, self.shape, context)
         if not done() and plan.middle:
             steps.append("dropped the current turn's earlier groups, oldest first")
             # As for historical turns: the oldest groups whose counts cover the excess go

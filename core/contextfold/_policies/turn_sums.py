@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .._contract.policy import CompactionContext
 from .._head_tail import HeadTail
+from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import Group
@@ -51,7 +52,9 @@ class TurnSums:
 
     @classmethod
     def key(cls, context: CompactionContext, shape: HeadTail) -> str:
-        return f"turn_sums:{getattr(context.counter, 'name', '')}:{shape!r}"
+        # The labels name handles as the store or the memory cache shows them.
+        where = handle_text("", context)
+        return f"turn_sums:{getattr(context.counter, 'name', '')}:{shape!r}:{where}"
 
     def history(self, messages: Sequence[Message], scan: GroupScan, at: int,
                 compress: object) -> list[list[int]]:
@@ -85,7 +88,8 @@ class TurnSums:
             n = scan.tokens(i, i + 1)
             c = n
             if m.role == "tool" and _in_loop(messages, scan, i):
-                c = count(shrink_if_fewer_tokens(m, shape, count))
+                c = count(shrink_if_fewer_tokens(
+                    m, shape, count, handle=handle_text(handle_for(m), context)))
             cut.append(cut[-1] + c)
             saved.append(saved[-1] + max(0, n - c))
             loops.append(loops[-1] + bool(m.tool_calls and i >= scan.n_sys))
@@ -167,7 +171,8 @@ def fit_by_sums(
         for i in sorted(tools, key=lambda i: _size(messages[i]), reverse=True):
             if over <= 0:
                 break
-            new = shrink_if_fewer_tokens(messages[i], shape, context.counter.count_message)
+            new = shrink_if_fewer_tokens(messages[i], shape, context.counter.count_message,
+                                         handle=handle_text(handle_for(messages[i]), context))
             over -= scan.tokens(i, i + 1) - context.counter.count_message(new)
             if new is not messages[i]:
                 fit.loop_cut.add(i)

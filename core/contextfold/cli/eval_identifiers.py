@@ -1,7 +1,7 @@
 """The evaluation's own identifier rule: what a probe is.
 
 The rule is separate from, and deliberately not shared with, the extractor our summaries
-and ledger copy from (``contextfold._summaries.identifiers``): a contender must not score
+and ledger copy from (``contextfold._identifiers``): a contender must not score
 by copying exactly what the grader looks for. It must still see what real agent runs use,
 in code and in customer service alike:
 
