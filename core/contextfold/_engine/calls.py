@@ -197,6 +197,9 @@ class CallLoop(Generic[F]):
         self._out_core: list[Message] = []  # the last view, both ways
         self._out: list[F] = []
         self._stored: set[str] | None = None
+        # self._core[:self._unstored] is in the store; the rest is stored by the next call
+        # (a failed append leaves it there, so no message of a failed call is ever skipped)
+        self._unstored = 0
         self._counts: CountKeeper | None = (
             CountKeeper(self.store, self.key, compactor.counter)
             if persist and self.store is not None else None)
@@ -417,7 +420,7 @@ class CallLoop(Generic[F]):
             new = [self._to_core(m, n + i) for i, m in enumerate(given[n:])]
             self._back.update(zip(map(id, new), given[n:], strict=True))
             self._core.extend(new)
-            fresh = n
+            fresh = min(n, self._unstored)
         else:
             known = {id(f): c for f, c in zip(self._in, self._core, strict=True)}
             converted = []
@@ -427,7 +430,9 @@ class CallLoop(Generic[F]):
             fresh = 0
         self._in = given
         if self.persist and self.store is not None:
-            self._store_new(self._core[fresh:], converted)
+            self._unstored = min(self._unstored, fresh)
+            self._store_new(self._core[fresh:], converted)  # raises StoreError on failure
+            self._unstored = len(self._core)
         return list(self._core)
 
     def from_core(self, messages: Sequence[Message]) -> list[F]:
