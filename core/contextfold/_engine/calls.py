@@ -18,8 +18,9 @@ The steps are one generator (:meth:`CallLoop.flow`) that yields two kinds of eff
 sans-IO shape of httpx's auth flows).
 
 :class:`Conversations` keeps one loop per conversation, least recently used dropped first.
-A call that names no conversation is keyed by its opening messages, so unrelated
-conversations (a ``batch()`` of different inputs) never share a loop.
+Conversations are told apart only by an explicit key: the adapters give a call that names
+no conversation a loop of its own for its run (never one found by its content, which two
+users who open alike would share).
 """
 
 from __future__ import annotations
@@ -138,12 +139,13 @@ def _whole(value: object) -> bool:
 
 
 def opening_key(messages: Sequence[Message]) -> str:
-    """A key for a call that names no conversation: its opening system messages and its
-    first user message, when one is among ``messages`` (pass the first few).
+    """A key from a conversation's opening system messages and its first user message,
+    when one is among ``messages`` (pass the first few).
 
     Calls that continue the same conversation share it, because its opening never changes
-    as it grows; a different task (another input of a ``batch()``) gets another key and so
-    its own loop.
+    as it grows. It is not an identity: two users who open with the same prompt and the
+    same first message share it, so it must never select state that one user could see
+    (the adapters key such calls by their run instead).
     """
     h = hashlib.blake2b(digest_size=8)
     for m in messages:
@@ -560,6 +562,11 @@ class Conversations(Generic[F]):
             else:
                 self._loops.move_to_end(key)
             return loop
+
+    def drop(self, key: str) -> CallLoop[F] | None:
+        """Forget the loop of ``key`` (its run ended); the loop, or ``None`` if none."""
+        with self._lock:
+            return self._loops.pop(key, None)
 
     def loops(self) -> list[CallLoop[F]]:
         """The loops kept, least recently used first (their order is left as it is)."""
