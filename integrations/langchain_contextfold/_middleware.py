@@ -127,11 +127,25 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """The run ended: a run without a thread id leaves nothing behind."""
-        run = state.get(RUN_FIELD)
-        if run and thread_key(ensure_config()) is None:
-            self.engine.runs.drop(run)
-            return {RUN_FIELD: None}
+        """The run ended. A thread's store receives the agent's final answer (no model call
+        of this run carries it); a run without a thread id leaves nothing behind."""
+        key = thread_key(ensure_config())
+        if key is None:
+            run = state.get(RUN_FIELD)
+            if run:
+                self.engine.runs.drop(run)
+                return {RUN_FIELD: None}
+            return None
+        if key in self.engine.conversations:
+            loop = self.engine.conversations.get(key)
+            messages: list[BaseMessage] = list(state.get("messages") or [])
+            last = loop.last_input
+            # the system prompt the model calls carried is not in the state: put it back
+            # where they had it, so every message keeps its position (and stable id)
+            if last and isinstance(last[0], SystemMessage) and (
+                    not messages or messages[0] is not last[0]):
+                messages.insert(0, last[0])
+            loop.record(messages)
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:

@@ -361,6 +361,22 @@ class CallLoop(Generic[F]):
         self._keep_counts(result)
         return View(self.from_core(result.messages), result, False, self._request())
 
+    @property
+    def last_input(self) -> list[F]:
+        """The messages of the last call (or :meth:`record`), as the framework gave them."""
+        return list(self._in)
+
+    def record(self, messages: Sequence[F]) -> None:
+        """The conversation went on without a model call (the agent's final answer, which
+        no later call of this run will carry): store its new messages, compacting nothing.
+
+        ``messages`` is the whole conversation, as a call would pass it.
+        """
+        with self.lock:
+            if self.persist and self.store is not None:
+                self.to_core(messages)
+                self._keep_counts(None)
+
     def delivered(self, usage: Usage | None) -> None:
         """A reply arrived: calibrate from its usage and reset the nudge counter.
 
