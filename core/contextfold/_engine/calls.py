@@ -41,8 +41,8 @@ from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
 from .._policies.provider_native import request_fields
 from .._provider_errors import Overflow, overflow_of
-from .._stores.protocols import HistoryStore
-from ..errors import CompactionError, ConfigurationError, ContextOverflowError
+from .._stores.protocols import HistoryStore, StateStore
+from ..errors import CompactionError, ConfigurationError, ContextOverflowError, StoreError
 from .compactor import Compactor
 from .decision import Tools
 from .kept_counts import CountKeeper
@@ -206,6 +206,11 @@ class CallLoop(Generic[F]):
             CountKeeper(self.store, self.key, compactor.counter)
             if persist and self.store is not None else None)
         self._usage_logged = False  # an unusable usage report was logged for this conversation
+        # the compaction state beside the messages: written after each call, read back when
+        # another process (or worker) wrote a version this loop has not seen
+        self._states: StateStore | None = (
+            self.store if persist and isinstance(self.store, StateStore) else None)
+        self._version = 0  # of the state this loop's compactor holds (-1: unknown)
 
     # -- state the adapters read ---------------------------------------------------------
 
@@ -229,6 +234,7 @@ class CallLoop(Generic[F]):
         idle marker). The driver answers ``_Compact`` with a ``CompactionResult`` and
         ``_Send`` with the send's return value, or throws the send's exception in."""
         core = self.to_core(messages)
+        self._resume(core)
         result: CompactionResult = yield _Compact(core, False)
         reason = self.idle_reason
         if reason is not None:
@@ -322,6 +328,8 @@ class CallLoop(Generic[F]):
             except StopIteration as stop:
                 self._keep_counts(None)  # what the send counted (its report's figures)
                 outcome = stop.value
+                if isinstance(outcome, _Idle):
+                    self._save()
                 if isinstance(outcome, _Idle) and idle is not None:
                     reply = idle(outcome.reason, self._idle_view(outcome))
                     return await reply if inspect.isawaitable(reply) else reply
@@ -346,9 +354,11 @@ class CallLoop(Generic[F]):
         hands the messages to the model node). No retry is possible there."""
         with self.lock:
             core = self.to_core(messages)
+            self._resume(core)
             result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
                                             complete=False)
             self._keep_counts(result)
+            self._save()
             return View(self.from_core(result.messages), result, False, self._request())
 
     async def aview(
@@ -356,9 +366,11 @@ class CallLoop(Generic[F]):
     ) -> View[F]:
         """The async form of :meth:`view`."""
         core = self.to_core(messages)
+        self._resume(core)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
         self._keep_counts(result)
+        self._save()
         return View(self.from_core(result.messages), result, False, self._request())
 
     @property
@@ -388,6 +400,7 @@ class CallLoop(Generic[F]):
             self.compactor.observe_usage(input_tokens=figures[0], output_tokens=figures[1])
         if not self.compactor.state.encouragement_count:
             self.compactor.record_response()
+        self._save()
 
     def _calibration(self, usage: Usage | None) -> tuple[int, int | None] | None:
         """The input and output tokens of ``usage`` calibration takes, or ``None``.
@@ -505,6 +518,32 @@ class CallLoop(Generic[F]):
         if self._counts is not None:
             self._counts.flush(full=result is not None and result.report.method != "none")
 
+    def _resume(self, core: Sequence[Message]) -> None:
+        """Take up the state another process wrote since this loop last saw one."""
+        if self._states is None:
+            return
+        held = self._states.get_state(self.key)
+        if held is None or held[0] == self._version:
+            return
+        self._version = held[0]
+        self.compactor.resume_state(held[1], core)
+
+    def _save(self) -> None:
+        """Write the state the next call builds on over the version this loop read. When
+        another writer came first, its state is read at the next call. The reply is paid
+        for: a store that fails here is logged, not raised."""
+        if self._states is None:
+            return
+        after = max(self._version, 0)
+        try:
+            written = self._states.put_state(self.key, self.compactor.saved_state(),
+                                             after=after)
+        except (StoreError, ValueError) as exc:  # ValueError: content the codec refuses
+            logger.warning("contextfold: conversation %r: compaction state not kept (%s)",
+                           self.key, exc)
+            written = False
+        self._version = after + 1 if written else -1
+
     # -- helpers -----------------------------------------------------------------------------
 
     def _idle_view(self, outcome: _Idle) -> View[F]:
@@ -523,6 +562,7 @@ class CallLoop(Generic[F]):
         usage: Callable[[R], Usage | None] | None, idle: Callable[[str, View[F]], R] | None,
     ) -> R:
         if isinstance(outcome, _Idle):
+            self._save()
             if idle is None:
                 raise ConfigurationError(f"conversation {self.key!r} is idle: {outcome.reason}")
             return idle(outcome.reason, self._idle_view(outcome))

@@ -88,6 +88,7 @@ from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
 from .rebuild import RebuildMemo
+from .saved import Saved, dump_prefix, load_prefix
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -299,6 +300,41 @@ class Compactor(CallDecision):
         self._state = ConversationState()
         self._stalled = None
         self._requested = self._asked_call = None
+
+    def saved_state(self) -> str:
+        """What the next call builds on, as a document for the conversation's store
+        (:mod:`~contextfold._engine.saved`): the prefix as sent, calibration, nudges."""
+        state = self._state
+        return Saved(
+            prefix=dump_prefix(self._prefix), known=self._known, since=self._since,
+            ratio=self.calibration.ratio, last_output_tokens=self.last_output_tokens,
+            encouragement_count=state.encouragement_count, idle=state.idle,
+            idle_reason=state.idle_reason, context_window=self.budget.context_window,
+        ).dumps()
+
+    def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
+        """Take up a state :meth:`saved_state` wrote (in this process or another), for a
+        call whose input is ``messages``. The prefix is taken only when ``messages`` starts
+        with the very messages it was made from; a document that does not read leaves
+        this Compactor as it was. True when the prefix was taken."""
+        saved = Saved.loads(text)
+        if saved is None:
+            return False
+        try:
+            prefix = None if saved.prefix is None else load_prefix(saved.prefix, messages)
+        except (ValueError, KeyError, TypeError, IndexError):  # not a document we wrote
+            return False
+        self._forget()
+        if prefix is not None:
+            self._prefix = prefix
+            self._known, self._since = saved.known, saved.since
+        self.calibration.ratio = saved.ratio
+        self.last_output_tokens = saved.last_output_tokens
+        self._state.encouragement_count = saved.encouragement_count
+        self._state.idle, self._state.idle_reason = saved.idle, saved.idle_reason
+        if saved.context_window < self.budget.context_window:  # a provider lowered it
+            self.budget = replace(self.budget, context_window=saved.context_window)
+        return prefix is not None
 
     def settle(self, timeout: float | None = None) -> bool:
         """Wait for a compaction being prepared in a background thread to finish (tests, an

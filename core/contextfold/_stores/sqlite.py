@@ -431,8 +431,9 @@ class SQLiteStore(BaseStore):
         return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
     def _put_state(self, conversation_id: str, state: str, after: int) -> bool:
-        # one statement either way: the row's version decides, under the write lock
-        with self._write():
+        # one statement either way: the row's version decides, under the write lock. A state
+        # lost to a power cut is made again by the next call: no wait for the disk
+        with self._cache_write():
             if after == 0:
                 cursor = self._exec(
                     f'INSERT INTO {T.states} ("conversation_id", "version", "state", '
