@@ -233,8 +233,7 @@ class CallLoop(Generic[F]):
         """The steps of one call as effects; returns the last compaction's result (or an
         idle marker). The driver answers ``_Compact`` with a ``CompactionResult`` and
         ``_Send`` with the send's return value, or throws the send's exception in."""
-        core = self.to_core(messages)
-        self._resume(core)
+        core = self._take_up(messages)
         result: CompactionResult = yield _Compact(core, False)
         reason = self.idle_reason
         if reason is not None:
@@ -353,8 +352,7 @@ class CallLoop(Generic[F]):
         """Only the compaction step of a call, for hooks that cannot send (a graph node that
         hands the messages to the model node). No retry is possible there."""
         with self.lock:
-            core = self.to_core(messages)
-            self._resume(core)
+            core = self._take_up(messages)
             result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
                                             complete=False)
             self._keep_counts(result)
@@ -365,8 +363,7 @@ class CallLoop(Generic[F]):
         self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
     ) -> View[F]:
         """The async form of :meth:`view`."""
-        core = self.to_core(messages)
-        self._resume(core)
+        core = self._take_up(messages)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
         self._keep_counts(result)
@@ -386,7 +383,7 @@ class CallLoop(Generic[F]):
         """
         with self.lock:
             if self.persist and self.store is not None:
-                self.to_core(messages)
+                self._take_up(messages)
                 self._keep_counts(None)
 
     def delivered(self, usage: Usage | None) -> None:
@@ -518,15 +515,18 @@ class CallLoop(Generic[F]):
         if self._counts is not None:
             self._counts.flush(full=result is not None and result.report.method != "none")
 
-    def _resume(self, core: Sequence[Message]) -> None:
-        """Take up the state another process wrote since this loop last saw one."""
-        if self._states is None:
-            return
-        held = self._states.get_state(self.key)
+    def _take_up(self, messages: Sequence[F]) -> list[Message]:
+        """:meth:`to_core`, after taking up what another process (a restart, another
+        worker) did since this loop last served the conversation: the messages it stored
+        are read again, so none is stored twice, and its compaction state is resumed."""
+        held = None if self._states is None else self._states.get_state(self.key)
         if held is None or held[0] == self._version:
-            return
+            return self.to_core(messages)
+        self._stored = None  # read again from the store before storing anything
+        core = self.to_core(messages)
         self._version = held[0]
         self.compactor.resume_state(held[1], core)
+        return core
 
     def _save(self) -> None:
         """Write the state the next call builds on over the version this loop read. When
