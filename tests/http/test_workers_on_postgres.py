@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
-from pg_scratch import scratch_schema
 
 import contextfold as cf
 import contextfold._engine.compactor as compactor_module
 import openai_server as server_module
 from langchain_contextfold import with_compaction
 from openai_server import DocumentAgent
+from pg_scratch import scratch_schema
 
 pytestmark = [pytest.mark.http, pytest.mark.slow, pytest.mark.postgres]
 

@@ -88,7 +88,7 @@ from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
 from .rebuild import RebuildMemo
-from .saved import Saved, dump_prefix, load_prefix
+from .saved import Saved, SeenDigest, dump_prefix, load_prefix
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -240,6 +240,7 @@ class Compactor(CallDecision):
         self._prepared: Prepared | None = None
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
+        self._seen_digest = SeenDigest()
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -306,7 +307,8 @@ class Compactor(CallDecision):
         (:mod:`~contextfold._engine.saved`): the prefix as sent, calibration, nudges."""
         state = self._state
         return Saved(
-            prefix=dump_prefix(self._prefix), known=self._known, since=self._since,
+            prefix=dump_prefix(self._prefix, self._seen_digest), known=self._known,
+            since=self._since,
             ratio=self.calibration.ratio, last_output_tokens=self.last_output_tokens,
             encouragement_count=state.encouragement_count, idle=state.idle,
             idle_reason=state.idle_reason, context_window=self.budget.context_window,

@@ -30,7 +30,7 @@ from .._messages.model import Message
 from .._stores import codec
 from .incremental import Prefix
 
-__all__ = ["FORMAT", "Saved", "digest", "dump_prefix", "load_prefix"]
+__all__ = ["FORMAT", "Saved", "SeenDigest", "digest", "dump_prefix", "load_prefix"]
 
 FORMAT = 1
 """The version of the document; a document of another version is not read."""
@@ -38,13 +38,34 @@ FORMAT = 1
 
 def digest(messages: Sequence[Message]) -> str:
     """A digest of ``messages``' ids and contents, in order."""
-    h = hashlib.blake2b(digest_size=16)
+    return str(_extended(hashlib.blake2b(digest_size=16), messages).hexdigest())
+
+
+def _extended(h: Any, messages: Sequence[Message]) -> Any:
     for m in messages:
         h.update(f"{m.id or ''}\0{m.fingerprint}\0".encode())
-    return h.hexdigest()
+    return h
 
 
-def dump_prefix(prefix: Prefix) -> dict[str, Any] | None:
+class SeenDigest:
+    """:func:`digest` of a prefix's input, carried forward as the input grows (a call
+    appends to the same list), so writing the state after each call does not hash the
+    whole conversation again."""
+
+    def __init__(self) -> None:
+        self._of: list[Message] | None = None
+        self._n = 0
+        self._h: Any = None
+
+    def __call__(self, seen: list[Message]) -> str:
+        if self._of is not seen or len(seen) < self._n:
+            self._of, self._n, self._h = seen, 0, hashlib.blake2b(digest_size=16)
+        _extended(self._h, seen[self._n:])
+        self._n = len(seen)
+        return str(self._h.hexdigest())
+
+
+def dump_prefix(prefix: Prefix, seen_digest: SeenDigest | None = None) -> dict[str, Any] | None:
     """The prefix as a JSON document, or ``None`` before any call."""
     if not prefix.primed:
         return None
@@ -59,7 +80,8 @@ def dump_prefix(prefix: Prefix) -> dict[str, Any] | None:
             runs[-1][2] = i + 1
         else:
             runs.append(["r", i, i + 1])
-    return {"seen": len(seen), "digest": digest(seen), "out": runs,
+    hexdigest = seen_digest(seen) if seen_digest is not None else digest(seen)
+    return {"seen": len(seen), "digest": hexdigest, "out": runs,
             "out_tokens": prefix.out_tokens, "out_exact": prefix.out_exact,
             "fixed": prefix.fixed}
 
