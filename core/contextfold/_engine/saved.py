@@ -123,6 +123,9 @@ class Saved:
     idle: bool
     idle_reason: str | None
     context_window: int
+    ahead: list[Any] | None = None
+    """A compaction being prepared ahead: the snapshot's length (messages of the prefix's
+    output), the lowered trigger and target, the calibrated size it started from."""
 
     def dumps(self) -> str:
         """The JSON text the store keeps."""
@@ -130,7 +133,8 @@ class Saved:
                "since": self.since, "ratio": self.ratio,
                "last_output_tokens": self.last_output_tokens,
                "encouragement_count": self.encouragement_count, "idle": self.idle,
-               "idle_reason": self.idle_reason, "context_window": self.context_window}
+               "idle_reason": self.idle_reason, "context_window": self.context_window,
+               "ahead": self.ahead}
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -150,6 +154,7 @@ class Saved:
                 ratio=doc["ratio"], last_output_tokens=doc["last_output_tokens"],
                 encouragement_count=int(doc["encouragement_count"]), idle=bool(doc["idle"]),
                 idle_reason=doc["idle_reason"], context_window=int(doc["context_window"]),
+                ahead=doc.get("ahead") if isinstance(doc.get("ahead"), list) else None,
             )
         except (ValueError, KeyError, TypeError):
             return None
