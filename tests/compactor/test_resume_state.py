@@ -180,3 +180,65 @@ def test_a_tampered_state_is_ignored(tmp_path: Path) -> None:
         other.close()
         fresh.close()
     first.close()
+
+
+class RacingStore(cf.MemoryStore):
+    """A memory store that runs ``before_write`` once, just before a state write: another
+    worker's call lands between this worker's read of the state and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_write: Callable[[], None] | None = None
+        self.lost: list[int] = []
+
+    def put_state(self, conversation_id: str, state: str, *, after: int) -> bool:
+        hook, self.before_write = self.before_write, None
+        if hook is not None:
+            hook()
+        written = super().put_state(conversation_id, state, after=after)
+        if not written:
+            self.lost.append(after)
+        return written
+
+
+def test_of_two_workers_serving_one_call_one_write_wins_and_the_other_reads_it() -> None:
+    """Workers A and B both serve call 2 (a retry sent to another worker): A writes its
+    state first; B's write, over the version it read, loses. B's next call takes up A's
+    state and sends what a single worker sends; no message is stored twice."""
+    inputs = _history(CALLS)
+    store = RacingStore()
+
+    def worker() -> CallLoop[cf.Message]:
+        compactor = cf.Compactor(cf.ThresholdPolicy(), BUDGET, COUNTER,
+                                 ScriptedSummarizer(default=_summary), store=store,
+                                 conversation_id="t1")
+        return CallLoop(compactor, to_core=lambda m, i: with_stable_id(i, m),
+                        from_core=lambda m: m)
+
+    def sent(loop: CallLoop[cf.Message], history: list[cf.Message]) -> bytes:
+        out: list[bytes] = []
+
+        def send(view: Any) -> str:
+            out.append(json.dumps(cf.to_openai(view.messages)).encode())
+            return "reply"
+
+        loop.call(history, send)
+        return out[-1]
+
+    a, b = worker(), worker()
+    for history in inputs[:6]:
+        sent(a, history)
+    sent(b, inputs[5])  # B takes up the thread (reads A's state)
+    store.before_write = lambda: sent(a, inputs[6])  # A's write lands first
+    sent(b, inputs[6])
+    assert store.lost, "B's write must have lost"
+    single_store = cf.MemoryStore()
+    single = CallLoop(cf.Compactor(cf.ThresholdPolicy(), BUDGET, COUNTER,
+                                   ScriptedSummarizer(default=_summary), store=single_store,
+                                   conversation_id="t1"),
+                      to_core=lambda m, i: with_stable_id(i, m), from_core=lambda m: m)
+    expected = [sent(single, h) for h in inputs[:CALLS]][7:]
+    got = [sent(b if k % 2 else a, h) for k, h in enumerate(inputs[7:CALLS])]
+    assert got == expected
+    stored = store.load("t1")
+    assert len({m.id for m in stored}) == len(stored) == len(single_store.load("t1"))

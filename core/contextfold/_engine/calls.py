@@ -568,7 +568,9 @@ class CallLoop(Generic[F]):
             return idle(outcome.reason, self._idle_view(outcome))
         assert sent is not None  # the flow ends after a successful send
         if usage is not None:
-            self.delivered(self._read_usage(usage, sent))
+            self.delivered(self._read_usage(usage, sent))  # saves the state too
+        else:
+            self._save()
         return sent
 
     def _lower_budget(self, overflow: Overflow, sent: CompactionResult) -> None:
