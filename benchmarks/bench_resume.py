@@ -18,10 +18,17 @@ counter (cl100k_base), the messages read again. Timed, in the same run:
   messages to the same budget with LangChain's tiktoken message counter over the same
   encoding.
 
-Each contextfold figure is taken with the counts the store kept ("stored counts") and on
-a copy of the file whose kept counts were deleted ("no stored counts": every message is
-tokenized again, as before counts were kept). Fastest of ``REPEAT`` runs, each on a fresh
-copy of the file. Ratios are peer / ours (above 1: contextfold is faster).
+Then a thread compacted with an LLM summarizer (``ThresholdPolicy``, a scripted summarizer
+that counts its requests; the earlier process served it call by call, 24 messages a call):
+the new process's first call, with the compaction state the store kept beside the messages
+and without it, in summary requests and milliseconds (one run each: a second would find the
+summaries in the store's cache).
+
+Each contextfold figure of the first part is taken with the counts the store kept
+("stored counts") and on a copy of the file whose kept counts were deleted ("no stored
+counts": every message is tokenized again, as before counts were kept). Fastest of
+``REPEAT`` runs, each on a fresh copy of the file. Ratios are peer / ours (above 1:
+contextfold is faster).
 
     .venv/bin/python benchmarks/run.py resume
 """
@@ -50,11 +57,17 @@ N = 10_000
 QUICK_N = 1_000
 REPEAT = 3
 QUICK_REPEAT = 2
+SUMMARIZED_N = 2_000
+SUMMARIZED_QUICK_N = 480
+"""The thread of the LLM-summary rows, grown call by call in the earlier process."""
 ENCODING = "cl100k_base"
 TOKEN_LIMIT = 30_000
 """The LlamaIndex memories' limit (as in ``bench_llamaindex``)."""
 BUDGET = cf.Budget(context_window=32_000, output_reserve=4_000)
 """28,000 input tokens, the LangChain rows' budget (as in ``bench_truncation``)."""
+UNPREPARED = cf.Budget(context_window=32_000, output_reserve=4_000, prepare=None)
+"""The same, preparing nothing ahead (a compaction prepared in the background is not part
+of the kept state, so a restart between the preparation and its use would change it)."""
 
 
 def thread(n: int) -> list[cf.Message]:
@@ -202,6 +215,74 @@ def langchain_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def summarized_rows(folder: Path, n: int) -> list[dict[str, Any]]:
+    """A thread compacted with an LLM summarizer, resumed by a new process: its first call's
+    summary requests and time, with the compaction state the store kept beside the messages
+    and on a copy of the file without it (the new process compacts the raw thread again)."""
+    from langchain.agents.middleware import ModelRequest, ModelResponse
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    from contextfold.testing import ScriptedSummarizer
+    from langchain_contextfold import CompactionMiddleware, from_core
+
+    checkpoint = from_core(thread(n))
+    model = GenericFakeChatModel(messages=iter(["ok"] * 100_000))
+    reply = ModelResponse(result=[AIMessage("ok")])
+    token = var_child_runnable_config.set({"configurable": {"thread_id": "resumed"}})
+
+    def process(path: Path) -> tuple[Callable[[int], None], ScriptedSummarizer, Any]:
+        store = cf.SQLiteStore(path)
+        summarizer = ScriptedSummarizer(default="TASK: the user's task\nDATA: what was found")
+        hook = CompactionMiddleware(policy=cf.ThresholdPolicy(), budget=UNPREPARED,
+                                    counter=counter(), summarizer=summarizer, store=store)
+
+        def call(k: int) -> None:
+            messages = checkpoint[:k]
+            request = ModelRequest(model=model, messages=messages, system_message=None,
+                                   tools=[], state={"messages": messages})
+            hook.wrap_model_call(request, lambda r: reply)
+
+        return call, summarizer, store
+
+    try:
+        source = folder / "summarized.db"
+        call, summarizer, store = process(source)  # the earlier process, call by call
+        for k in range(24, n - 24 + 1, 24):
+            call(k)
+        earlier = len(summarizer.requests)
+        store.close()
+        rows = []
+        whole = _copy(source, True)  # the earlier process had it gone on: the same call
+        call, summarizer, store = process(whole)
+        for k in range(24, n - 24 + 1, 24):
+            call(k)
+        before = len(summarizer.requests)
+        took = _timed(lambda: call(n))
+        store.close()
+        rows.append({"name": f"CompactionMiddleware next call without a restart, "
+                             f"{n // 1000}k thread, LLM summaries", "ours": took, "unit": "ms",
+                     "notes": f"{len(summarizer.requests) - before} summary requests"})
+        for kept in (True, False):
+            path = _copy(source, True)
+            if not kept:
+                with sqlite3.connect(path) as conn:
+                    conn.execute('DELETE FROM "contextfold_compaction_states"')
+            first, summarizer, store = process(path)
+            took = _timed(lambda first=first: first(n))  # the next call, in the new process
+            store.close()
+            state = "kept compaction state" if kept else "no kept compaction state"
+            rows.append({"name": f"CompactionMiddleware first call after resume, "
+                                 f"{n // 1000}k thread, LLM summaries, {state}",
+                         "ours": took, "unit": "ms",
+                         "notes": f"{len(summarizer.requests)} summary requests in the new "
+                                  f"process (the earlier one made {earlier})"})
+        return rows
+    finally:
+        var_child_runnable_config.reset(token)
+
+
 def _rows(what: str, n: int, ours: dict[bool, float], peer: float, notes: str
           ) -> list[dict[str, Any]]:
     saved = ours[False] / ours[True]
@@ -221,7 +302,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
     repeat = QUICK_REPEAT if quick else REPEAT
     with tempfile.TemporaryDirectory() as folder:
         n = QUICK_N if quick else N
-        return [*llama_rows(Path(folder), repeat, n), *langchain_rows(Path(folder), repeat, n)]
+        return [*llama_rows(Path(folder), repeat, n), *langchain_rows(Path(folder), repeat, n),
+                *summarized_rows(Path(folder), SUMMARIZED_QUICK_N if quick else SUMMARIZED_N)]
 
 
 if __name__ == "__main__":

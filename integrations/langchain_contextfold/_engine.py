@@ -1,6 +1,11 @@
 """What every LangChain hook shares: the settings, one call loop per conversation, and the
 LangChain side of a call (conversion, usage, the idle reply).
 
+Conversations share state only through an explicit id (the run's ``thread_id``,
+``session_id`` or ``conversation_id``). A call that names none gets a loop of its own that
+lives no longer than its run and keeps nothing in the store: two users who open alike can
+never meet in one loop, one Compactor or one stored conversation.
+
 The call itself (compaction, the overflow retry, calibration, idle, persistence) is
 contextfold's :class:`~contextfold.integration.CallLoop`; this module only tells it how to
 convert LangChain messages and how to read a reply.
@@ -8,6 +13,7 @@ convert LangChain messages and how to read a reply.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +27,6 @@ from contextfold.integration import (
     CallLoop,
     Conversations,
     Usage,
-    opening_key,
     with_stable_id,
 )
 from contextfold.policy import Policy
@@ -30,12 +35,18 @@ from contextfold.stores import HistoryStore
 from ._convert import message_from_core, message_to_core
 from ._overflow import overflow_classes
 
-__all__ = ["IDLE_TEXT", "Engine", "Loop", "idle_reply", "thread_key", "usage_of"]
+__all__ = [
+    "IDLE_TEXT", "RUN_PREFIX", "Engine", "Loop", "idle_reply", "new_run_key", "thread_key",
+    "usage_of",
+]
 
 Loop = CallLoop[BaseMessage]
 
 IDLE_TEXT = "[contextfold: conversation idle: {reason}. Waiting for a new user message.]"
 """The reply that ends an agent loop when the conversation went idle."""
+
+RUN_PREFIX = "run-"
+"""Key prefix of the loop of a run that names no conversation (a random id follows)."""
 
 
 def to_core(message: BaseMessage, position: int) -> Message:
@@ -81,23 +92,35 @@ class Engine:
         self.persist = persist
         self.conversations: Conversations[BaseMessage] = Conversations(
             self._new_loop, max_conversations)
+        # the loops of runs that name no conversation, while their run lasts (the
+        # middleware drops them when the agent ends); never stored, never looked up by content
+        self.runs: Conversations[BaseMessage] = Conversations(
+            self._new_run_loop, max_conversations)
         self._tools_memo: tuple[tuple[int, ...], list[Any], list[dict[str, Any]]] | None = None
 
-    def _new_loop(self, key: str) -> Loop:
+    def _new_loop(self, key: str, *, store: HistoryStore | None = None,
+                  persist: bool | None = None) -> Loop:
         compactor = Compactor(
             policy=self.policy, budget=self.budget, counter=self.counter,
-            summarizer=self.summarizer, store=self.store, conversation_id=key,
+            summarizer=self.summarizer, store=self.store if persist is None else store,
+            conversation_id=key,
         )
         return CallLoop(compactor, to_core=to_core, from_core=message_from_core,
-                        persist=self.persist, overflow_classes=overflow_classes())
+                        persist=self.persist if persist is None else persist,
+                        overflow_classes=overflow_classes())
 
-    def loop(self, config: RunnableConfig | None, messages: Sequence[BaseMessage]) -> Loop:
-        """The conversation of a call: its thread id, else its opening messages."""
+    def _new_run_loop(self, key: str) -> Loop:
+        return self._new_loop(key, store=None, persist=False)
+
+    def loop(self, config: RunnableConfig | None, run: str | None = None) -> Loop:
+        """The loop of a call: its thread id's, else its run's (``run``: a key from
+        :func:`new_run_key` the run carries), else one for this call alone."""
         key = thread_key(config)
-        if key is None:
-            opening = [to_core(m, i) for i, m in enumerate(messages[:_OPENING])]
-            key = opening_key(opening)
-        return self.conversations.get(key)
+        if key is not None:
+            return self.conversations.get(key)
+        if run is not None:
+            return self.runs.get(run)
+        return self._new_run_loop(new_run_key())
 
     def tool_dicts(self, tools: Sequence[Any] | None) -> list[dict[str, Any]]:
         """Tool definitions as OpenAI tool dicts, for counting. The same tools give the
@@ -116,7 +139,9 @@ class Engine:
         return converted
 
 
-_OPENING = 4  # enough to reach the first prompt after a few system messages
+def new_run_key() -> str:
+    """A fresh key for a run that names no conversation."""
+    return RUN_PREFIX + uuid.uuid4().hex
 
 
 def usage_of(reply: BaseMessage | None) -> Usage | None:

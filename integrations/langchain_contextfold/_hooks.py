@@ -33,7 +33,7 @@ from contextfold.integration import AnySummarizer, View
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
 
-from ._engine import Engine, Loop, usage_of
+from ._engine import Engine, Loop, thread_key, usage_of
 from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
 
 __all__ = ["CompactionHook"]
@@ -83,7 +83,7 @@ class CompactionHook:
         messages = _messages_of(state)
         if self.system is not None:
             messages.insert(0, self.system)
-        return self.engine.loop(config, messages), messages
+        return self.engine.loop(config), messages
 
     def _output(self, view: View[BaseMessage], state: Any) -> dict[str, Any]:
         out = list(view.messages)
@@ -115,6 +115,8 @@ class CompactionHook:
 
     def _post(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _messages_of(state)
+        if thread_key(config) is None:  # the call's own loop is gone with the call
+            return {}
         if messages and isinstance(messages[-1], AIMessage):
             loop, _ = self._inputs(state, config)
             loop.delivered(usage_of(messages[-1]))

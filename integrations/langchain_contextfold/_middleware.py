@@ -19,24 +19,36 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langchain_core.runnables import ensure_config
+from typing_extensions import NotRequired
 
 from contextfold import Budget, TokenCounter
 from contextfold.integration import AnySummarizer, Usage, View
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
 
-from ._engine import Engine, Loop, idle_reply, usage_of
+from ._engine import Engine, Loop, idle_reply, new_run_key, thread_key, usage_of
 from ._events import COMPACTION_EVENT, IDLE_EVENT, aemit, emit, report_payload
 from ._summarizer import ChatModelSummarizer
 
 __all__ = ["CompactionMiddleware"]
 
 Result = ModelResponse[Any] | AIMessage
+
+RUN_FIELD = "contextfold_run"
+"""The state field that carries the key of a run that names no conversation."""
+
+
+class CompactionState(AgentState[Any]):
+    """The agent's state with the key of a run that names no thread (private: never in the
+    agent's input or output)."""
+
+    contextfold_run: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
 class _AgentModelSummarizer(ChatModelSummarizer):
@@ -77,8 +89,12 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         counter: how to count; default ``counter_for_model(budget.model)``.
         max_conversations: conversations (thread ids) kept in memory.
 
-    One Compactor per ``thread_id`` of the run's config (``"default"`` without one).
+    One Compactor per ``thread_id`` of the run's config. A run without one is a conversation
+    of its own: its Compactor lives while the agent runs and is dropped when it ends, and
+    nothing of it is stored (give a ``thread_id`` to keep and resume a conversation).
     """
+
+    state_schema = CompactionState
 
     def __init__(
         self,
@@ -98,13 +114,52 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             store=store, max_conversations=max_conversations,
         )
 
+    # -- the run: a key for a run without a thread id, dropped when the agent ends --------
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Give a run that names no thread a key of its own, carried in its state."""
+        if thread_key(ensure_config()) is not None or state.get(RUN_FIELD):
+            return None
+        return {RUN_FIELD: new_run_key()}
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The async form of :meth:`before_agent`."""
+        return self.before_agent(state, runtime)
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The run ended. A thread's store receives the agent's final answer (no model call
+        of this run carries it); a run without a thread id leaves nothing behind."""
+        key = thread_key(ensure_config())
+        if key is None:
+            run = state.get(RUN_FIELD)
+            if run:
+                self.engine.runs.drop(run)
+                return {RUN_FIELD: None}
+            return None
+        if key in self.engine.conversations:
+            loop = self.engine.conversations.get(key)
+            messages: list[BaseMessage] = list(state.get("messages") or [])
+            last = loop.last_input
+            # the system prompt the model calls carried is not in the state: put it back
+            # where they had it, so every message keeps its position (and stable id)
+            if last and isinstance(last[0], SystemMessage) and (
+                    not messages or messages[0] is not last[0]):
+                messages.insert(0, last[0])
+            loop.record(messages)
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The async form of :meth:`after_agent`."""
+        return self.after_agent(state, runtime)
+
     def _begin(self, request: ModelRequest) -> tuple[Loop, list[BaseMessage], Any]:
         if self._agent_summarizer is not None:
             self._agent_summarizer.model = request.model
         messages: list[BaseMessage] = list(request.messages)
         if request.system_message is not None:
             messages.insert(0, request.system_message)
-        loop = self.engine.loop(ensure_config(), messages)
+        run = (request.state or {}).get(RUN_FIELD)
+        loop = self.engine.loop(ensure_config(), run if isinstance(run, str) else None)
         return loop, messages, self.engine.tool_dicts(request.tools)
 
     def _compacted(self, request: ModelRequest, view: View[BaseMessage]) -> ModelRequest:

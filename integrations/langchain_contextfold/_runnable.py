@@ -96,8 +96,10 @@ class CompactingChatModel(BaseChatModel):
     """A chat model that compacts its input before the wrapped model sees it.
 
     Build it with :func:`with_compaction`. One Compactor per conversation, keyed by
-    ``config["configurable"]["thread_id"]`` (or ``session_id``); calls without one share
-    the ``"default"`` conversation.
+    ``config["configurable"]["thread_id"]`` (or ``session_id``). A call without one is a
+    conversation of its own: it is compacted from scratch, nothing of it is kept after the
+    call and nothing is stored (give a ``thread_id`` to keep rolling compaction, idle
+    detection and the stored history across calls).
     """
 
     model: BaseChatModel
@@ -163,7 +165,7 @@ class CompactingChatModel(BaseChatModel):
         kwargs.pop(_RUN, None)
         kwargs.pop(_CALLBACKS, None)
         key = kwargs.pop(_KEY, None)
-        loop = self.engine.conversations.get(key) if key else self.engine.loop(None, messages)
+        loop = self.engine.conversations.get(key) if key else self.engine.loop(None)
         return loop, self.engine.tool_dicts(kwargs.get("tools"))
 
     def _generate(

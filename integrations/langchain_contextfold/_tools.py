@@ -8,7 +8,7 @@ Compaction hides old messages from the model; these tools let it find them again
                          middleware=[CompactionMiddleware(policy=..., budget=..., store=store)])
 
 The conversation id must be the one the history is stored under: the run's ``thread_id``
-(or ``"default"`` when the config names none).
+(a run that names none stores nothing: see the conversations guide).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import tool
 from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
 
@@ -29,6 +32,7 @@ from langchain_contextfold import (
     pin,
     to_core,
 )
+from langchain_contextfold._middleware import RUN_FIELD
 from spy_counting import spy_counter
 
 BUDGET = cf.Budget(context_window=12_000, output_reserve=2_000)
@@ -75,10 +79,23 @@ class Handler:
         return COUNTER.count_messages(to_core(messages))
 
 
-def request_for(messages: list[BaseMessage], system: str | None = "You fetch pages.") -> Any:
+def request_for(messages: list[BaseMessage], system: str | None = "You fetch pages.",
+                run: str = "run-test") -> Any:
+    """A model request of an agent run without a thread id (``before_agent`` gave the run
+    the key ``run``)."""
     return ModelRequest(model=ToolCallingFakeModel(), messages=messages,
                         system_message=SystemMessage(system) if system else None,
-                        tools=[fetch_page], state={"messages": messages})
+                        tools=[fetch_page], state={"messages": messages, RUN_FIELD: run})
+
+
+@contextmanager
+def in_thread(thread_id: str) -> Iterator[None]:
+    """Hooks called here see a run config naming ``thread_id``, as inside an agent run."""
+    token = var_child_runnable_config.set({"configurable": {"thread_id": thread_id}})
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)
 
 
 def test_request_is_compacted_and_the_state_is_not() -> None:
@@ -111,8 +128,9 @@ def test_a_resumed_thread_tokenizes_nothing_it_counted(tmp_path: Any) -> None:
         hook = CompactionMiddleware(policy=cf.ThresholdPolicy(), budget=BUDGET,
                                     counter=counter, summarizer=cf.ExtractiveSummarizer(),
                                     store=store)
-        hook.wrap_model_call(request_for([m.model_copy(deep=True) for m in messages]),
-                             Handler())
+        with in_thread("t1"):
+            hook.wrap_model_call(request_for([m.model_copy(deep=True) for m in messages]),
+                                 Handler())
         store.close()
         return spy.tokenized(to_core(messages))
 

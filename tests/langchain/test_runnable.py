@@ -56,6 +56,10 @@ def wrapped(fake: ToolCallingFakeModel, policy: Any = None, **options: Any) -> A
                            counter=COUNTER, **options).bind_tools([fetch_page])
 
 
+THREAD: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
+"""The config of a conversation kept across calls (a call without an id is its own)."""
+
+
 def run_loop(model: Any, rounds: int, config: dict[str, Any] | None = None,
              inputs: list[list[BaseMessage]] | None = None, size: int = 6000,
              ) -> list[BaseMessage]:
@@ -119,9 +123,8 @@ def test_one_compactor_per_thread() -> None:
         model.invoke([HumanMessage(f"task {thread}")],
                      config={"configurable": {"thread_id": thread}})
     model.invoke([HumanMessage("session")], config={"configurable": {"session_id": "s"}})
-    model.invoke([HumanMessage("no key")])
-    keys = model.bound.engine.conversations.keys()
-    assert keys[:3] == ["b", "a", "s"] and keys[3].startswith("auto-")
+    model.invoke([HumanMessage("no key")])  # a conversation of its own, not kept
+    assert model.bound.engine.conversations.keys() == ["b", "a", "s"]
 
 
 def test_bounded_number_of_conversations() -> None:
@@ -138,8 +141,8 @@ def test_reported_usage_calibrates_the_trigger() -> None:
     exact = ToolCallingFakeModel(rounds=40)
     heavy = ToolCallingFakeModel(rounds=40, usage_scale=1.6)
     inputs: list[list[BaseMessage]] = []
-    run_loop(wrapped(exact), 40, size=1000)
-    run_loop(wrapped(heavy), 40, inputs=inputs, size=1000)
+    run_loop(wrapped(exact), 40, config=THREAD, size=1000)
+    run_loop(wrapped(heavy), 40, config=THREAD, inputs=inputs, size=1000)
     i = first_compacted(heavy)
     assert i < first_compacted(exact) < len(exact.requests)
     tools = heavy.requests[0].tools
@@ -205,14 +208,14 @@ def test_idle_conversation_ends_the_loop_without_calling_the_model() -> None:
     events = Events()
     history: list[BaseMessage] = [SystemMessage("Fetch pages on your own.")]
     for _ in range(20):
-        reply = model.invoke(history, config={"callbacks": [events]})
+        reply = model.invoke(history, config={"callbacks": [events], **THREAD})
         history.append(reply)
         if not reply.tool_calls:
             break
         history.extend(tool_round(reply, 600))
     assert "idle" in str(history[-1].content) and not history[-1].tool_calls
     idle = [d for name, d in events.events if name == IDLE_EVENT]
-    assert idle and idle[0]["conversation_id"].startswith("auto-")
+    assert idle and idle[0]["conversation_id"] == "t1"
     nudged = [r for r in fake.requests if any(m.source == "nudge" for m in r.core)]
     assert len(nudged) == 2  # the third nudge turned the conversation idle
     replies = [m for m in history if isinstance(m, AIMessage)]
@@ -226,7 +229,7 @@ def test_events_inside_and_outside_runs() -> None:
     reports = [d for name, d in events.events if name == COMPACTION_EVENT]
     assert reports, "compactions must be announced"
     for report in reports:
-        assert report["conversation_id"].startswith("auto-")  # no thread id given
+        assert report["conversation_id"].startswith("run-")  # no thread id: the call's own
         assert report["tokens_after"] <= BUDGET.input_budget
         assert {"method", "tokens_before", "messages_after", "targets", "duration"} <= set(report)
     run_loop(wrapped(ToolCallingFakeModel(rounds=12)), 12)  # no callbacks: nothing fails
@@ -334,12 +337,12 @@ async def test_idle_reply_when_streaming() -> None:
     history: list[BaseMessage] = [SystemMessage("Work alone.")]
     chunks: list[Any] = []
     for _ in range(3):  # two nudged calls reach the model, the third nudge goes idle
-        chunks = [c async for c in model.astream(history)]
+        chunks = [c async for c in model.astream(history, config=THREAD)]
         history.append(AIMessage("working"))
     assert len(fake.requests) == 2
     assert "idle" in "".join(str(c.content) for c in chunks)
     assert not any(c.tool_call_chunks for c in chunks)
-    assert "idle" in str(next(iter(model.stream(history))).content)
+    assert "idle" in str(next(iter(model.stream(history, config=THREAD))).content)
 
 
 def test_an_event_payload_is_made_only_for_someone_who_receives_it() -> None:

@@ -52,7 +52,8 @@ def _llm(sent: _Sent, counter: cf.TokenCounter, **kwargs: Any) -> CompactingLLM:
         async_http_client=httpx.AsyncClient(event_hooks={"request": [sent.ahook]}),
         **kwargs,
     )
-    return CompactingLLM(llm=base, policy=cf.ThresholdPolicy(), budget=BUDGET, counter=counter)
+    return CompactingLLM(llm=base, policy=cf.ThresholdPolicy(), budget=BUDGET, counter=counter,
+                         conversation_id="shipments")
 
 
 def _history(rounds: int = 6, words: int = 100) -> list[ChatMessage]:

@@ -203,7 +203,7 @@ def _second_request(report_usage: bool) -> tuple[Request, Request, int]:
     """Two calls on a history our estimate puts under the trigger and the provider (1.6x)
     over it; returns both requests and the second's full history size by our estimate."""
     inner = ScriptedAgentLLM(rounds=5, usage_scale=1.6, report_usage=report_usage)
-    llm = CompactingLLM(llm=inner, budget=BUDGET, counter=COUNTER)
+    llm = CompactingLLM(llm=inner, budget=BUDGET, counter=COUNTER, conversation_id="c1")
     history = [ChatMessage(role="user", content="Summarize the report.")]
     while COUNTER.count_messages(from_llama_index(history)) < 3000:
         _grow(history, llm.llm.chat_with_tools([TOOL], chat_history=history), llm, words=120)

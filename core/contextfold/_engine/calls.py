@@ -18,8 +18,9 @@ The steps are one generator (:meth:`CallLoop.flow`) that yields two kinds of eff
 sans-IO shape of httpx's auth flows).
 
 :class:`Conversations` keeps one loop per conversation, least recently used dropped first.
-A call that names no conversation is keyed by its opening messages, so unrelated
-conversations (a ``batch()`` of different inputs) never share a loop.
+Conversations are told apart only by an explicit key: the adapters give a call that names
+no conversation a loop of its own for its run (never one found by its content, which two
+users who open alike would share).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
 from .._policies.provider_native import request_fields
 from .._provider_errors import Overflow, overflow_of
-from .._stores.protocols import HistoryStore
-from ..errors import CompactionError, ConfigurationError, ContextOverflowError
+from .._stores.protocols import HistoryStore, StateStore
+from ..errors import CompactionError, ConfigurationError, ContextOverflowError, StoreError
 from .compactor import Compactor
 from .decision import Tools
 from .kept_counts import CountKeeper
@@ -138,12 +139,13 @@ def _whole(value: object) -> bool:
 
 
 def opening_key(messages: Sequence[Message]) -> str:
-    """A key for a call that names no conversation: its opening system messages and its
-    first user message, when one is among ``messages`` (pass the first few).
+    """A key from a conversation's opening system messages and its first user message,
+    when one is among ``messages`` (pass the first few).
 
     Calls that continue the same conversation share it, because its opening never changes
-    as it grows; a different task (another input of a ``batch()``) gets another key and so
-    its own loop.
+    as it grows. It is not an identity: two users who open with the same prompt and the
+    same first message share it, so it must never select state that one user could see
+    (the adapters key such calls by their run instead).
     """
     h = hashlib.blake2b(digest_size=8)
     for m in messages:
@@ -197,10 +199,18 @@ class CallLoop(Generic[F]):
         self._out_core: list[Message] = []  # the last view, both ways
         self._out: list[F] = []
         self._stored: set[str] | None = None
+        # self._core[:self._unstored] is in the store; the rest is stored by the next call
+        # (a failed append leaves it there, so no message of a failed call is ever skipped)
+        self._unstored = 0
         self._counts: CountKeeper | None = (
             CountKeeper(self.store, self.key, compactor.counter)
             if persist and self.store is not None else None)
         self._usage_logged = False  # an unusable usage report was logged for this conversation
+        # the compaction state beside the messages: written after each call, read back when
+        # another process (or worker) wrote a version this loop has not seen
+        self._states: StateStore | None = (
+            self.store if persist and isinstance(self.store, StateStore) else None)
+        self._version = 0  # of the state this loop's compactor holds (-1: unknown)
 
     # -- state the adapters read ---------------------------------------------------------
 
@@ -223,7 +233,7 @@ class CallLoop(Generic[F]):
         """The steps of one call as effects; returns the last compaction's result (or an
         idle marker). The driver answers ``_Compact`` with a ``CompactionResult`` and
         ``_Send`` with the send's return value, or throws the send's exception in."""
-        core = self.to_core(messages)
+        core = self._take_up(messages)
         result: CompactionResult = yield _Compact(core, False)
         reason = self.idle_reason
         if reason is not None:
@@ -317,6 +327,8 @@ class CallLoop(Generic[F]):
             except StopIteration as stop:
                 self._keep_counts(None)  # what the send counted (its report's figures)
                 outcome = stop.value
+                if isinstance(outcome, _Idle):
+                    self._save()
                 if isinstance(outcome, _Idle) and idle is not None:
                     reply = idle(outcome.reason, self._idle_view(outcome))
                     return await reply if inspect.isawaitable(reply) else reply
@@ -340,21 +352,39 @@ class CallLoop(Generic[F]):
         """Only the compaction step of a call, for hooks that cannot send (a graph node that
         hands the messages to the model node). No retry is possible there."""
         with self.lock:
-            core = self.to_core(messages)
+            core = self._take_up(messages)
             result = self.compactor.compact(core, tools=tools, extra_tokens=extra_tokens,
                                             complete=False)
             self._keep_counts(result)
+            self._save()
             return View(self.from_core(result.messages), result, False, self._request())
 
     async def aview(
         self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
     ) -> View[F]:
         """The async form of :meth:`view`."""
-        core = self.to_core(messages)
+        core = self._take_up(messages)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
         self._keep_counts(result)
+        self._save()
         return View(self.from_core(result.messages), result, False, self._request())
+
+    @property
+    def last_input(self) -> list[F]:
+        """The messages of the last call (or :meth:`record`), as the framework gave them."""
+        return list(self._in)
+
+    def record(self, messages: Sequence[F]) -> None:
+        """The conversation went on without a model call (the agent's final answer, which
+        no later call of this run will carry): store its new messages, compacting nothing.
+
+        ``messages`` is the whole conversation, as a call would pass it.
+        """
+        with self.lock:
+            if self.persist and self.store is not None:
+                self._take_up(messages)
+                self._keep_counts(None)
 
     def delivered(self, usage: Usage | None) -> None:
         """A reply arrived: calibrate from its usage and reset the nudge counter.
@@ -367,6 +397,7 @@ class CallLoop(Generic[F]):
             self.compactor.observe_usage(input_tokens=figures[0], output_tokens=figures[1])
         if not self.compactor.state.encouragement_count:
             self.compactor.record_response()
+        self._save()
 
     def _calibration(self, usage: Usage | None) -> tuple[int, int | None] | None:
         """The input and output tokens of ``usage`` calibration takes, or ``None``.
@@ -417,7 +448,7 @@ class CallLoop(Generic[F]):
             new = [self._to_core(m, n + i) for i, m in enumerate(given[n:])]
             self._back.update(zip(map(id, new), given[n:], strict=True))
             self._core.extend(new)
-            fresh = n
+            fresh = min(n, self._unstored)
         else:
             known = {id(f): c for f, c in zip(self._in, self._core, strict=True)}
             converted = []
@@ -427,7 +458,9 @@ class CallLoop(Generic[F]):
             fresh = 0
         self._in = given
         if self.persist and self.store is not None:
-            self._store_new(self._core[fresh:], converted)
+            self._unstored = min(self._unstored, fresh)
+            self._store_new(self._core[fresh:], converted)  # raises StoreError on failure
+            self._unstored = len(self._core)
         return list(self._core)
 
     def from_core(self, messages: Sequence[Message]) -> list[F]:
@@ -482,6 +515,35 @@ class CallLoop(Generic[F]):
         if self._counts is not None:
             self._counts.flush(full=result is not None and result.report.method != "none")
 
+    def _take_up(self, messages: Sequence[F]) -> list[Message]:
+        """:meth:`to_core`, after taking up what another process (a restart, another
+        worker) did since this loop last served the conversation: the messages it stored
+        are read again, so none is stored twice, and its compaction state is resumed."""
+        held = None if self._states is None else self._states.get_state(self.key)
+        if held is None or held[0] == self._version:
+            return self.to_core(messages)
+        self._stored = None  # read again from the store before storing anything
+        core = self.to_core(messages)
+        self._version = held[0]
+        self.compactor.resume_state(held[1], core)
+        return core
+
+    def _save(self) -> None:
+        """Write the state the next call builds on over the version this loop read. When
+        another writer came first, its state is read at the next call. The reply is paid
+        for: a store that fails here is logged, not raised."""
+        if self._states is None:
+            return
+        after = max(self._version, 0)
+        try:
+            written = self._states.put_state(self.key, self.compactor.saved_state(),
+                                             after=after)
+        except (StoreError, ValueError) as exc:  # ValueError: content the codec refuses
+            logger.warning("contextfold: conversation %r: compaction state not kept (%s)",
+                           self.key, exc)
+            written = False
+        self._version = after + 1 if written else -1
+
     # -- helpers -----------------------------------------------------------------------------
 
     def _idle_view(self, outcome: _Idle) -> View[F]:
@@ -500,12 +562,15 @@ class CallLoop(Generic[F]):
         usage: Callable[[R], Usage | None] | None, idle: Callable[[str, View[F]], R] | None,
     ) -> R:
         if isinstance(outcome, _Idle):
+            self._save()
             if idle is None:
                 raise ConfigurationError(f"conversation {self.key!r} is idle: {outcome.reason}")
             return idle(outcome.reason, self._idle_view(outcome))
         assert sent is not None  # the flow ends after a successful send
         if usage is not None:
-            self.delivered(self._read_usage(usage, sent))
+            self.delivered(self._read_usage(usage, sent))  # saves the state too
+        else:
+            self._save()
         return sent
 
     def _lower_budget(self, overflow: Overflow, sent: CompactionResult) -> None:
@@ -555,6 +620,11 @@ class Conversations(Generic[F]):
             else:
                 self._loops.move_to_end(key)
             return loop
+
+    def drop(self, key: str) -> CallLoop[F] | None:
+        """Forget the loop of ``key`` (its run ended); the loop, or ``None`` if none."""
+        with self._lock:
+            return self._loops.pop(key, None)
 
     def loops(self) -> list[CallLoop[F]]:
         """The loops kept, least recently used first (their order is left as it is)."""

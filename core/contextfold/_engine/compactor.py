@@ -88,6 +88,7 @@ from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
 from .rebuild import RebuildMemo
+from .saved import Saved, SeenDigest, dump_prefix, load_prefix
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -239,6 +240,8 @@ class Compactor(CallDecision):
         self._prepared: Prepared | None = None
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
+        self._seen_digest = SeenDigest()
+        self._ahead: tuple[Any, ...] | None = None  # what is being prepared, for the state
         self._forget()
 
     # -- public ----------------------------------------------------------------------
@@ -299,6 +302,62 @@ class Compactor(CallDecision):
         self._state = ConversationState()
         self._stalled = None
         self._requested = self._asked_call = None
+
+    def saved_state(self) -> str:
+        """What the next call builds on, as a document for the conversation's store
+        (:mod:`~contextfold._engine.saved`): the prefix as sent, calibration, nudges."""
+        state = self._state
+        return Saved(
+            prefix=dump_prefix(self._prefix, self._seen_digest), known=self._known,
+            since=self._since,
+            ratio=self.calibration.ratio, last_output_tokens=self.last_output_tokens,
+            encouragement_count=state.encouragement_count, idle=state.idle,
+            idle_reason=state.idle_reason, context_window=self.budget.context_window,
+            ahead=list(self._ahead) if self._prepared is not None and self._ahead else None,
+        ).dumps()
+
+    def _resume_ahead(self, ahead: list[Any] | None) -> None:
+        """Prepare again what the process that wrote the state was preparing: the same
+        snapshot under the same budget, so the call that crosses the trigger sends what it
+        would have sent (its summaries, if that process finished them, are in the store)."""
+        if not ahead or self.policy.always_run:
+            return
+        try:
+            n, trigger, target, known, now = ahead
+            budget = replace(self.budget, trigger=trigger, target=target)
+            moment = datetime.fromisoformat(now)
+        except (ConfigurationError, TypeError, ValueError):  # not a state we wrote
+            return
+        out = self._prefix.out
+        if isinstance(n, int) and 0 < n <= len(out):
+            self._start_ahead(out[:n], budget, known if isinstance(known, int) else None,
+                              moment, in_loop=False)
+
+    def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
+        """Take up a state :meth:`saved_state` wrote (in this process or another), for a
+        call whose input is ``messages``. The prefix is taken only when ``messages`` starts
+        with the very messages it was made from; a document that does not read leaves
+        this Compactor as it was. True when the prefix was taken."""
+        saved = Saved.loads(text)
+        if saved is None:
+            return False
+        try:
+            prefix = None if saved.prefix is None else load_prefix(saved.prefix, messages)
+        except (ValueError, KeyError, TypeError, IndexError):  # not a document we wrote
+            return False
+        self._forget()
+        if prefix is not None:
+            self._prefix = prefix
+            self._known, self._since = saved.known, saved.since
+        self.calibration.ratio = saved.ratio
+        self.last_output_tokens = saved.last_output_tokens
+        self._state.encouragement_count = saved.encouragement_count
+        self._state.idle, self._state.idle_reason = saved.idle, saved.idle_reason
+        if saved.context_window < self.budget.context_window:  # a provider lowered it
+            self.budget = replace(self.budget, context_window=saved.context_window)
+        if prefix is not None:
+            self._resume_ahead(saved.ahead)
+        return prefix is not None
 
     def settle(self, timeout: float | None = None) -> bool:
         """Wait for a compaction being prepared in a background thread to finish (tests, an
@@ -635,11 +694,18 @@ class Compactor(CallDecision):
         # real one (a forced run would read as an overflow).
         ahead = replace(budget, trigger=(effective - 1) / budget.input_budget,
                         target=aim / budget.input_budget)
-        snapshot = prefix.out
+        self._start_ahead(prefix.out, ahead, known, datetime.now(timezone.utc), in_loop=in_loop)
+
+    def _start_ahead(self, snapshot: tuple[Message, ...], ahead: Budget, known: int | None,
+                     now: datetime, *, in_loop: bool) -> None:
+        """Prepare the compaction of ``snapshot`` under ``ahead`` in the background (kept
+        in the saved state, so a process that resumes the conversation prepares the same)."""
+        prefix, summarizer = self._prefix, self.summarizer
+        self._ahead = (len(snapshot), ahead.trigger, ahead.target, known, now.isoformat())
         service = self._service(self.counter)
         context = CompactionContext(
             budget=ahead, counter=self.counter, known_tokens=known,
-            fixed_tokens=prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
+            fixed_tokens=prefix.fixed, now=now, state=self._state,
             store=self.store, conversation_id=self.conversation_id, references=self.references,
         )
         prepared = Prepared(snapshot, service)

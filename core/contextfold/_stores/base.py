@@ -14,6 +14,8 @@ Capabilities are separate protocols so a user's own store needs only the part it
 - ``ReferenceStore``: ``put_original``, ``get_original`` (full text behind a handle).
 - ``CountStore``: ``put_counts``, ``stored_counts`` (token counts kept with the messages,
   so a resumed conversation is not tokenized again; see ``_counts.py``).
+- ``StateStore``: ``get_state``, ``put_state`` (the compaction state beside the messages,
+  written only over the version the writer read, so any process resumes the conversation).
 
 Broadcasts are stored twice on purpose: once in the swarm's broadcast log (so
 ``search_broadcasts`` and the commander fallback see them) and once in each recipient's own
@@ -289,6 +291,18 @@ class BaseStore(ABC):
         return self._get_original(_check_id("conversation_id", conversation_id),
                                   _check_id("handle", handle))
 
+    def get_state(self, conversation_id: str) -> tuple[int, str] | None:
+        """The conversation's compaction state and its version, or ``None``."""
+        return self._get_state(_check_id("conversation_id", conversation_id))
+
+    def put_state(self, conversation_id: str, state: str, *, after: int) -> bool:
+        """Write ``state`` as version ``after + 1`` if the stored version is still ``after``
+        (0: none stored); ``False`` when another writer came first."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ConfigurationError(f"after must be a version >= 0, got {after!r}")
+        return self._put_state(_check_id("conversation_id", conversation_id),
+                               _check_text(state), after)
+
     # -- life cycle ---------------------------------------------------------------------
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
@@ -359,6 +373,12 @@ class BaseStore(ABC):
 
     @abstractmethod
     def _get_original(self, conversation_id: str, handle: str) -> str | None: ...
+
+    @abstractmethod
+    def _get_state(self, conversation_id: str) -> tuple[int, str] | None: ...
+
+    @abstractmethod
+    def _put_state(self, conversation_id: str, state: str, after: int) -> bool: ...
 
 
 def _checked_messages(messages: Sequence[Message]) -> list[Message]:

@@ -58,6 +58,7 @@ class MemoryStore(BaseStore):
         self._members: dict[str, dict[str, None]] = {}
         self._summaries: dict[str, str] = {}
         self._originals: dict[tuple[str, str], str] = {}
+        self._states: dict[str, tuple[int, str]] = {}
         self._next_row = 1
 
     def __repr__(self) -> str:
@@ -115,6 +116,7 @@ class MemoryStore(BaseStore):
             self._next_position.pop(conversation_id, None)
             for key in [k for k in self._originals if k[0] == conversation_id]:
                 del self._originals[key]
+            self._states.pop(conversation_id, None)
 
     # -- search -----------------------------------------------------------------------------
 
@@ -189,6 +191,17 @@ class MemoryStore(BaseStore):
 
     def _get_summary(self, key: str) -> str | None:
         return self._summaries.get(key)
+
+    def _get_state(self, conversation_id: str) -> tuple[int, str] | None:
+        return self._states.get(conversation_id)
+
+    def _put_state(self, conversation_id: str, state: str, after: int) -> bool:
+        with self._lock:
+            held = self._states.get(conversation_id)
+            if (held[0] if held is not None else 0) != after:
+                return False
+            self._states[conversation_id] = (after + 1, state)
+            return True
 
     def _put_summary(self, key: str, text: str) -> None:
         with self._lock:

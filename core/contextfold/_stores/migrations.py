@@ -35,6 +35,7 @@ class T:
     originals = quote_identifier("contextfold_originals")
     counters = quote_identifier("contextfold_conversations")
     token_counts = quote_identifier("contextfold_token_counts")
+    states = quote_identifier("contextfold_compaction_states")
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +206,30 @@ _POSTGRES_V2 = (
         PRIMARY KEY ("message", "counter"))""",
 )
 
+# Version 3: a conversation's compaction state beside its messages (what the next call
+# builds on: the prefix as sent, calibration, the nudge counter), one row per conversation.
+# "version" counts the writes: a writer replaces the row only if it is still the one it
+# read, so of several workers compacting one conversation one wins and the others read it.
+_SQLITE_V3 = (
+    f"""CREATE TABLE {T.states} (
+        "conversation_id" TEXT PRIMARY KEY,
+        "version" INTEGER NOT NULL,
+        "state" TEXT NOT NULL,
+        "updated_at" TEXT NOT NULL) WITHOUT ROWID""",
+)
+
+_POSTGRES_V3 = (
+    f"""CREATE TABLE {T.states} (
+        "conversation_id" TEXT PRIMARY KEY,
+        "version" BIGINT NOT NULL,
+        "state" TEXT NOT NULL,
+        "updated_at" TIMESTAMPTZ NOT NULL DEFAULT now())""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _SQLITE_V1, _POSTGRES_V1),
     Migration(2, "token counts kept with messages", _SQLITE_V2, _POSTGRES_V2),
+    Migration(3, "compaction state kept with conversations", _SQLITE_V3, _POSTGRES_V3),
 )
 """Every migration, in order. Append new ones; never edit an applied one."""
 

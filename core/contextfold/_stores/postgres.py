@@ -279,7 +279,7 @@ class PostgresStore(BaseStore):
 
     def _clear(self, conversation_id: str) -> None:
         with self._begin() as conn:  # the messages' counts go with them (ON DELETE CASCADE)
-            for table in (T.counters, T.messages, T.originals):
+            for table in (T.counters, T.messages, T.originals, T.states):
                 conn.execute(self._text(f'DELETE FROM {table} WHERE "conversation_id" = :cid'),
                              {"cid": conversation_id})
 
@@ -384,6 +384,27 @@ class PostgresStore(BaseStore):
         rows = self._rows(f'SELECT "text" FROM {T.originals} WHERE "conversation_id" = :c '
                           'AND "handle" = :h', c=conversation_id, h=handle)
         return str(rows[0][0]) if rows else None
+
+    # -- compaction state ---------------------------------------------------------------
+
+    def _get_state(self, conversation_id: str) -> tuple[int, str] | None:
+        rows = self._rows(f'SELECT "version", "state" FROM {T.states} '
+                          'WHERE "conversation_id" = :c', c=conversation_id)
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _put_state(self, conversation_id: str, state: str, after: int) -> bool:
+        # one statement either way: the row's version decides, under its row lock
+        params = {"c": conversation_id, "v": after + 1, "s": state, "a": after}
+        with self._begin() as conn:
+            if after == 0:
+                result = conn.execute(self._text(
+                    f'INSERT INTO {T.states} ("conversation_id", "version", "state") '
+                    'VALUES (:c, :v, :s) ON CONFLICT ("conversation_id") DO NOTHING'), params)
+            else:
+                result = conn.execute(self._text(
+                    f'UPDATE {T.states} SET "version" = :v, "state" = :s, "updated_at" = now() '
+                    'WHERE "conversation_id" = :c AND "version" = :a'), params)
+            return int(result.rowcount) == 1
 
 
 _Encoded = tuple[dict[str, Any], dict[str, int]]

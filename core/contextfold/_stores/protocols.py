@@ -22,6 +22,7 @@ __all__ = [
     "SearchHit",
     "SearchKind",
     "SearchableStore",
+    "StateStore",
     "SummaryStore",
     "Tracer",
 ]
@@ -166,6 +167,22 @@ class CountStore(Protocol):
 
     def stored_counts(self, conversation_id: str) -> StoredCounts:
         """The stored message ids and the counts kept for them."""
+        ...
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Keeps a conversation's compaction state beside its messages (an opaque text the
+    Compactor writes and reads back), so any process resumes the conversation where the
+    last one left it."""
+
+    def get_state(self, conversation_id: str) -> tuple[int, str] | None:
+        """The conversation's state and its version (the number of writes), or ``None``."""
+        ...
+
+    def put_state(self, conversation_id: str, state: str, *, after: int) -> bool:
+        """Write ``state`` as version ``after + 1`` if the stored version is still
+        ``after`` (0: none stored); ``False`` when another writer came first."""
         ...
 
 

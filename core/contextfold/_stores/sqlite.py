@@ -304,6 +304,8 @@ class SQLiteStore(BaseStore):
                        (conversation_id,))
             self._exec(f'DELETE FROM {T.originals} WHERE "conversation_id" = ?',
                        (conversation_id,))
+            self._exec(f'DELETE FROM {T.states} WHERE "conversation_id" = ?',
+                       (conversation_id,))
 
     # -- search ---------------------------------------------------------------------------
 
@@ -420,6 +422,29 @@ class SQLiteStore(BaseStore):
             f'SELECT "text" FROM {T.originals} WHERE "conversation_id" = ? AND "handle" = ?',
             (conversation_id, handle))
         return str(rows[0][0]) if rows else None
+
+    # -- compaction state ---------------------------------------------------------------
+
+    def _get_state(self, conversation_id: str) -> tuple[int, str] | None:
+        rows = self._rows(f'SELECT "version", "state" FROM {T.states} '
+                          'WHERE "conversation_id" = ?', (conversation_id,))
+        return (int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _put_state(self, conversation_id: str, state: str, after: int) -> bool:
+        # one statement either way: the row's version decides, under the write lock. A state
+        # lost to a power cut is made again by the next call: no wait for the disk
+        with self._cache_write():
+            if after == 0:
+                cursor = self._exec(
+                    f'INSERT INTO {T.states} ("conversation_id", "version", "state", '
+                    '"updated_at") VALUES (?, 1, ?, ?) ON CONFLICT ("conversation_id") DO NOTHING',
+                    (conversation_id, state, _now()))
+            else:
+                cursor = self._exec(
+                    f'UPDATE {T.states} SET "version" = ?, "state" = ?, "updated_at" = ? '
+                    'WHERE "conversation_id" = ? AND "version" = ?',
+                    (after + 1, state, _now(), conversation_id, after))
+            return cursor.rowcount == 1
 
 
 _Encoded = tuple[tuple[Any, ...], dict[str, int]]

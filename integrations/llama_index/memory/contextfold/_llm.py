@@ -19,6 +19,7 @@ the wrapped LLM's, so ``FunctionAgent`` accepts the wrapper.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,7 +48,6 @@ from contextfold.integration import (
     Usage,
     View,
     is_context_overflow,
-    opening_key,
 )
 from contextfold.policy import Policy
 from contextfold.stores import HistoryStore
@@ -64,7 +64,8 @@ Loop = CallLoop[ChatMessage]
 IDLE_TEXT = "[contextfold: conversation idle: {reason}. Waiting for a new user message.]"
 """The reply of an idle conversation, made without calling the model."""
 
-_OPENING = 4  # enough to reach the first prompt after a few system messages
+RUN_PREFIX = "run-"
+"""Key prefix of the loop of a call that names no conversation (a random id follows)."""
 
 
 def to_core(message: ChatMessage, position: int) -> cf.Message:
@@ -125,7 +126,10 @@ class CompactingLLM(FunctionCallingLLM):
             ``llm_calls``.
         counter: counts tokens; default ``counter_for_model`` of the budget's model.
         store: a history store for the Compactor (summary cache, sliding-window lookups).
-        conversation_id: names the conversation in events.
+        conversation_id: the conversation this LLM serves (its Compactor is kept across
+            calls, its messages in ``store``). Without one, each call is a conversation of
+            its own, compacted from scratch and never stored: calls that name no
+            conversation never share state, even when they open alike.
         retry: retries and backoff of a failing summarizer (``RetryPolicy``).
 
     Example::
@@ -140,6 +144,7 @@ class CompactingLLM(FunctionCallingLLM):
     _conversations: Conversations[ChatMessage] = PrivateAttr()
     _conversation_id: str | None = PrivateAttr(default=None)
     _last: Loop | None = PrivateAttr(default=None)
+    _make: Any = PrivateAttr(default=None)
     _listeners: list[Any] = PrivateAttr(default_factory=list)
     _tools_cache: tuple[str, list[dict[str, Any]]] | None = PrivateAttr(default=None)
 
@@ -166,13 +171,15 @@ class CompactingLLM(FunctionCallingLLM):
         counter = counter or cf.counter_for_model(budget.model)
         self._listeners = [forward_event, *listeners]
 
-        def make(key: str) -> Loop:
-            compactor = cf.Compactor(policy, budget, counter, summarizer, store,
+        def make(key: str, kept: bool = True) -> Loop:
+            compactor = cf.Compactor(policy, budget, counter, summarizer,
+                                     store if kept else None,
                                      conversation_id=key, retry=retry,
                                      listeners=self._listeners)
             return CallLoop(compactor, to_core=to_core, from_core=message_to_llama_index)
 
         self._conversations = Conversations(make, max_conversations)
+        self._make = make
         self._conversation_id = conversation_id
 
     @classmethod
@@ -187,8 +194,8 @@ class CompactingLLM(FunctionCallingLLM):
 
     @property
     def conversations(self) -> Conversations[ChatMessage]:
-        """The conversations this LLM has served: ``conversation_id`` when given, else one
-        per opening (system prompt and first user message)."""
+        """The conversation this LLM serves when ``conversation_id`` is given (without one,
+        each call is a conversation of its own and none is kept)."""
         return self._conversations
 
     @property
@@ -324,10 +331,13 @@ class CompactingLLM(FunctionCallingLLM):
     # -- internals -------------------------------------------------------------------
 
     def _loop(self, messages: Sequence[ChatMessage]) -> Loop:
+        """The loop of ``conversation_id``; without one, a loop for this call alone: two
+        users who open alike never share state, and nothing of the call is stored."""
         key = self._conversation_id
         if key is None:
-            key = opening_key([to_core(m, i) for i, m in enumerate(messages[:_OPENING])])
-        self._last = self._conversations.get(key)
+            self._last = self._make(RUN_PREFIX + uuid.uuid4().hex, False)
+        else:
+            self._last = self._conversations.get(key)
         return self._last
 
     def _definitions(self, tools: Any) -> list[dict[str, Any]] | None:
