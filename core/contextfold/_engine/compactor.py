@@ -236,6 +236,7 @@ class Compactor(CallDecision):
         self._requested: str | None = None
         self._asked_call: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
+        self._last_tools: Tools | None = None
         self._prepared: Prepared | None = None
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
@@ -397,6 +398,7 @@ class Compactor(CallDecision):
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                service.follow(self._prefix.out, view, plan.tools)  # cache-true summaries
                 answer = focused(service.answer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
@@ -416,6 +418,7 @@ class Compactor(CallDecision):
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                service.follow(self._prefix.out, view, plan.tools)  # cache-true summaries
                 aanswer = afocused(service.aanswer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
@@ -642,6 +645,7 @@ class Compactor(CallDecision):
             fixed_tokens=prefix.fixed, now=datetime.now(timezone.utc), state=self._state,
             store=self.store, conversation_id=self.conversation_id, references=self.references,
         )
+        service.follow(snapshot, snapshot, self._last_tools)
         prepared = Prepared(snapshot, service)
         if isinstance(summarizer, Summarizer):
             self._prepared = prepare_in_thread(prepared, lambda: drive(
