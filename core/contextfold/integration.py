@@ -46,6 +46,7 @@ from ._summaries.prompt import (
     SUMMARY_SYSTEM_PROMPT,
     cache_true_messages,
     render_transcript,
+    span_ranges,
     summary_instruction,
     summary_prompt,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "overflow_of",
     "render_transcript",
     "require_extra",
+    "span_ranges",
     "stable_id",
     "summary_instruction",
     "summary_prompt",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import contextfold as cf
-from contextfold.integration import cache_true_messages, summary_instruction
+from contextfold.integration import cache_true_messages, span_ranges, summary_instruction
 from contextfold.policy import SummaryRequest
 from contextfold.testing import ScriptedSummarizer
 
@@ -56,13 +56,12 @@ def test_the_summary_request_repeats_the_previous_request_and_names_the_span() -
     assert len(previous) == len(sent) and all(a is b for a, b in zip(previous, sent,
                                                                      strict=True))
     assert request.sent.tools == tuple(TOOLS)
-    # The range named holds every message of the span, in order, first and last at its ends.
-    span = request.sent.messages[request.sent.start:request.sent.end]
-    assert span[0] is request.messages[0] and span[-1] is request.messages[-1]
-    positions = [next(i for i, m in enumerate(span) if m is s) for s in request.messages]
-    assert positions == sorted(positions)
+    # The positions named are those of the span's messages, in order.
+    named = [request.sent.messages[p] for p in request.sent.positions]
+    assert all(a is b for a, b in zip(named, request.messages, strict=True))
+    assert list(request.sent.positions) == sorted(set(request.sent.positions))
     instruction = summary_instruction(request)
-    assert f"messages {request.sent.start + 1} to {request.sent.end} above" in instruction
+    assert f"messages {span_ranges(request.sent.positions)} above" in instruction
     whole = cache_true_messages(request)
     assert whole[-1].role == "user" and whole[-1].text == instruction
     assert cf.validate(whole) == []
@@ -106,3 +105,8 @@ def test_a_failing_cache_true_summary_never_destroys_history() -> None:
 
 def _raise(request: SummaryRequest) -> str:
     raise TimeoutError("the summary model timed out")
+
+
+def test_span_ranges_name_every_position_once() -> None:
+    assert span_ranges([2, 3, 4, 6, 8, 9]) == "3 to 5, 7, 9 to 10"
+    assert span_ranges([0]) == "1"

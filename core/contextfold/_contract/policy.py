@@ -59,10 +59,10 @@ class SentRequest:
     messages: tuple[Message, ...]
     """The messages last sent, in order (the system prompt included), followed by those
     appended since when the span reaches into them."""
-    start: int
-    """Position in :attr:`messages` of the span's first message (0-based)."""
-    end: int
-    """Position just past the span's last message."""
+    positions: tuple[int, ...]
+    """Where the span's messages are in :attr:`messages` (0-based, increasing). A policy
+    may leave messages inside its range out of the span (earlier summaries it keeps as
+    they were written), so the span is named message by message, as ranges."""
     tools: tuple[Mapping[str, Any], ...] = ()
     """The tool definitions sent with that request (OpenAI's tool dicts), in order."""
 

@@ -26,6 +26,7 @@ __all__ = [
     "SUMMARY_SYSTEM_PROMPT",
     "cache_true_messages",
     "render_transcript",
+    "span_ranges",
     "summary_instruction",
     "summary_prompt",
 ]
@@ -77,14 +78,25 @@ def summary_instruction(request: SummaryRequest) -> str:
     sent = request.sent
     if sent is None:
         raise ValueError("summary_instruction needs a request with the previous request (sent)")
-    span = f"{sent.start + 1} to {sent.end}"
     opening = (
-        f"{SUMMARY_INSTRUCTION_OPENING} {span} above (counting every message from the "
-        "first, the system prompt included) into a summary the agent can continue from in "
-        "place of those messages. Do not call any tool; answer with the summary only. "
+        f"{SUMMARY_INSTRUCTION_OPENING} {span_ranges(sent.positions)} above (counting "
+        "every message from the first, the system prompt included) into a summary the "
+        "agent can continue from in place of those messages. Do not call any tool; "
+        "answer with the summary only. "
         + SUMMARY_SYSTEM_PROMPT
     )
     return "\n\n".join([opening, *_asked(request)])
+
+
+def span_ranges(positions: Sequence[int]) -> str:
+    """0-based increasing positions as 1-based inclusive ranges: ``"3 to 10, 12, 14 to 20"``."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return ", ".join(f"{a + 1} to {b + 1}" if b > a else f"{a + 1}" for a, b in runs)
 
 
 def cache_true_messages(request: SummaryRequest) -> list[Message]:

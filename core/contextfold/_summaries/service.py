@@ -473,18 +473,17 @@ class SummaryService:
         sent = self._sent
         if sent is None or not request.messages or request.sent is not None:
             return request
-        # Every message of the span in the view, in order; a policy may leave out of the
-        # span messages of its range (a tool call whose result it keeps for the summary).
-        positions = [sent.position(m) for m in request.messages]
-        if None in positions or positions != sorted(set(positions)):  # type: ignore[type-var]
+        # Every message of the span in the view, in order (a policy may leave out of the
+        # span messages inside its range: earlier summaries it keeps as written).
+        found = [sent.position(m) for m in request.messages]
+        positions = [p for p in found if p is not None]
+        if len(positions) < len(found) or positions != sorted(set(positions)):
             return request
-        start, end = positions[0], positions[-1] + 1  # type: ignore[operator]
-        assert start is not None
-        messages = sent.view[:max(sent.length, end)]
+        messages = sent.view[:max(sent.length, positions[-1] + 1)]
         if validate([*messages, Message("user", "?")]):
             return request  # the span ends inside a tool call's exchange, or worse
         self.counts["cache_true"] += 1
-        return replace(request, sent=SentRequest(messages, start, end, sent.tools))
+        return replace(request, sent=SentRequest(messages, tuple(positions), sent.tools))
 
     def _cache_get(self, key: str) -> str | None:
         text = self.cache.get(key) if self.cache is not None else None
