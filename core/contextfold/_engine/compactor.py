@@ -73,7 +73,7 @@ from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError
-from .ahead import Prepared, prepare_in_task, prepare_in_thread
+from .ahead import Growth, Prepared, prepare_in_task, prepare_in_thread
 from .books import Books, Once, counted_targets
 from .calibration import Calibration
 from .decision import CallDecision, Tools
@@ -238,6 +238,7 @@ class Compactor(CallDecision):
         self._tools_seen: tuple[str | None, int] = (None, 0)
         self._last_tools: Tools | None = None
         self._prepared: Prepared | None = None
+        self._growth = Growth()
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
         self._forget()
@@ -614,25 +615,28 @@ class Compactor(CallDecision):
     # -- ahead of time ----------------------------------------------------------------
 
     def _prepare_ahead(self, *, in_loop: bool) -> None:
-        """Start the next compaction in the background when an appended call passed
-        ``budget.prepare`` (see :mod:`.ahead`). It aims below the target by what the
-        conversation must still grow to reach the trigger, so the call that crosses it
-        lands at the target."""
+        """Start the next compaction in the background when the projected growth crosses
+        the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
+        aims below the target by what the conversation must still grow to reach the
+        trigger, so the call that crosses it lands at the target."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
-        if (mark is None or self._prepared is not None or self.policy.always_run
-                or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
-                or not prefix.out_valid):
+        if mark is None or not prefix.out_valid:
             return
         known = None if self._known is None else self._known + self.calibration.scaled(
             self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
-        if effective <= mark:
+        self._growth.observe(effective)
+        if (self._prepared is not None or self.policy.always_run
+                or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None):
             return
-        if not prefix.out_exact:  # past the mark by a bound: the exact figure decides
+        projected = self._growth.projected(effective)
+        if effective <= mark and (projected is None or projected <= budget.trigger_tokens):
+            return
+        if not prefix.out_exact:  # decided on a bound: the exact figure decides
             effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
         aim = budget.target_tokens - (budget.trigger_tokens - effective)
-        if not mark < effective <= budget.trigger_tokens or aim < budget.input_budget // 10:
+        if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
             return
         # Below the lowered trigger, the policy compacts this view as it would past the
         # real one (a forced run would read as an overflow).
@@ -655,6 +659,8 @@ class Compactor(CallDecision):
                 return await adrive(keep_pinned(self.policy.run, list(snapshot), context),
                                      service.aanswer)
             self._prepared = prepare_in_task(prepared, run)
+        if self._prepared is prepared:
+            self._growth.time(prepared)
 
     def _prepared_for(self, plan: Plan) -> Prepared | None:
         """The prepared compaction this call may use: one of the view this call extends,
@@ -710,6 +716,7 @@ class Compactor(CallDecision):
     def _forget(self) -> None:
         self._prefix = Prefix()
         self._prepared = None
+        self._growth.forget()
         self._rebuild.forget()
         self._known = None
         self._since = 0
