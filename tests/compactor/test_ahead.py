@@ -226,8 +226,10 @@ def test_the_projection_looks_as_many_calls_ahead_as_a_summary_takes() -> None:
     growth.summary_seconds = 2.0  # a summary takes four calls' time
     assert growth.calls_ahead() == 4
     assert growth.projected(1_400) == 1_400 + 4 * 200
-    growth.observe(700, now=2.0)  # a compaction's drop is no step
+    growth.observe(1_500, 700, now=2.0)  # a call that compacted: it added 100, sent 700
     assert growth.projected(700) == 700 + 4 * 200
+    growth.observe(1_600, now=2.5)  # then one that added 900 to what was sent
+    assert growth.projected(1_600) == 1_600 + 4 * 900
 
 
 def test_a_history_growing_by_whole_documents_is_prepared_one_call_before_the_jump() -> None:

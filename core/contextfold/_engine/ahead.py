@@ -59,8 +59,8 @@ class Growth:
     """How a conversation grows: the tokens and seconds of its recent appended calls and
     how long its last prepared summary took, to project when it will cross the trigger.
 
-    Only calls that grew the input count as steps (a compaction's drop is no growth);
-    the time between calls counts whatever the call did.
+    A step is what a call's input added to what the previous call sent (a compaction's
+    drop is no growth); the time between calls counts whatever the call did.
     """
 
     def __init__(self) -> None:
@@ -70,15 +70,17 @@ class Growth:
         self._tokens: deque[int] = deque(maxlen=_STEPS)  # tokens the recent steps added
         self._seconds: deque[float] = deque(maxlen=_STEPS)  # seconds between recent calls
 
-    def observe(self, tokens: int, now: float | None = None) -> None:
-        """A call went out with ``tokens`` input tokens (its fixed parts included)."""
+    def observe(self, tokens: int, sent: int | None = None, now: float | None = None) -> None:
+        """A call came with ``tokens`` input tokens (its fixed parts included) and sent
+        ``sent`` (fewer when it compacted; default ``tokens``): its step is what it added
+        to what the previous call sent."""
         now = time.perf_counter() if now is None else now
         if self._last is not None:
             then, before = self._last
             self._seconds.append(max(now - then, 0.0))
             if tokens > before:
                 self._tokens.append(tokens - before)
-        self._last = (now, tokens)
+        self._last = (now, tokens if sent is None else sent)
 
     def calls_ahead(self) -> int:
         """Calls expected while a summary started now runs: the last prepared summary's

@@ -361,7 +361,9 @@ class Compactor(CallDecision):
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
-        return self._run(plan)
+        result = self._run(plan)
+        self._prepare_ahead(in_loop=False, grew_to=plan.estimate)
+        return result
 
     async def acompact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
@@ -382,7 +384,9 @@ class Compactor(CallDecision):
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
-        return await self._arun(plan)
+        result = await self._arun(plan)
+        self._prepare_ahead(in_loop=True, grew_to=plan.estimate)
+        return result
 
     def limit_input(self, tokens: int) -> None:
         """Lower the input budget to at most ``tokens`` for this call and every later one
@@ -614,11 +618,13 @@ class Compactor(CallDecision):
 
     # -- ahead of time ----------------------------------------------------------------
 
-    def _prepare_ahead(self, *, in_loop: bool) -> None:
+    def _prepare_ahead(self, *, in_loop: bool, grew_to: int | None = None) -> None:
         """Start the next compaction in the background when the projected growth crosses
         the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
-        aims below the target by what the conversation must still grow to reach the
-        trigger, so the call that crosses it lands at the target."""
+        aims below the target by what the conversation is expected to grow until the call
+        that crosses the trigger (at least to the trigger), so that call lands at the
+        target; never below a tenth of the budget. ``grew_to``: the input of a call that
+        compacted (what the conversation grew to before it was compacted)."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
         if mark is None or not prefix.out_valid:
@@ -626,7 +632,7 @@ class Compactor(CallDecision):
         known = None if self._known is None else self._known + self.calibration.scaled(
             self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
-        self._growth.observe(effective)
+        self._growth.observe(effective if grew_to is None else grew_to, effective)
         if (self._prepared is not None or self.policy.always_run
                 or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None):
             return
@@ -635,8 +641,11 @@ class Compactor(CallDecision):
             return
         if not prefix.out_exact:  # decided on a bound: the exact figure decides
             effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
-        aim = budget.target_tokens - (budget.trigger_tokens - effective)
-        if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
+        # What is appended until the crossing call (the trigger, or the projected jump
+        # past it) comes on top of the prepared output: aim below the target by that.
+        reach = max(budget.trigger_tokens, projected or 0)
+        aim = max(budget.target_tokens - (reach - effective), budget.input_budget // 10)
+        if effective > budget.trigger_tokens or aim >= effective:
             return
         # Below the lowered trigger, the policy compacts this view as it would past the
         # real one (a forced run would read as an overflow).
