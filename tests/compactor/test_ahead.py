@@ -216,20 +216,18 @@ def test_a_task_of_an_event_loop_that_ended_is_not_waited_for() -> None:
 # -- preparing from the growth of recent calls --------------------------------------------
 
 
-def test_the_projection_looks_as_many_calls_ahead_as_a_summary_takes() -> None:
+def test_the_projection_adds_the_largest_recent_step_to_what_was_sent() -> None:
     growth = Growth()
     assert growth.projected(1_000) is None  # no step yet: no forecast
-    for k, tokens in enumerate((1_000, 1_100, 1_300, 1_400)):
-        growth.observe(tokens, now=k * 0.5)
-    assert growth.calls_ahead() == 1  # no summary timed yet: the next call
-    assert growth.projected(1_400) == 1_400 + 200  # the largest recent step
-    growth.summary_seconds = 2.0  # a summary takes four calls' time
-    assert growth.calls_ahead() == 4
-    assert growth.projected(1_400) == 1_400 + 4 * 200
-    growth.observe(1_500, 700, now=2.0)  # a call that compacted: it added 100, sent 700
-    assert growth.projected(700) == 700 + 4 * 200
-    growth.observe(1_600, now=2.5)  # then one that added 900 to what was sent
-    assert growth.projected(1_600) == 1_600 + 4 * 900
+    for tokens in (1_000, 1_100, 1_300, 1_400):
+        growth.observe(tokens)
+    assert growth.projected(1_400) == 1_400 + 200
+    growth.observe(1_500, 700)  # a call that compacted: it added 100 and sent 700
+    assert growth.projected(700) == 700 + 200
+    growth.observe(1_600)  # then one that added 900 to what was sent
+    assert growth.projected(1_600) == 1_600 + 900
+    growth.forget()
+    assert growth.projected(1_600) is None
 
 
 def test_a_history_growing_by_whole_documents_is_prepared_one_call_before_the_jump() -> None:

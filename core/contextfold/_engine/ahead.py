@@ -4,12 +4,10 @@ for an LLM summary.
 With an LLM summarizer, a compaction costs a model call (seconds). The Compactor runs the
 next compaction in the background, on the view it has just sent, as soon as either
 
-* the projected growth crosses the trigger: the tokens the recent calls added (the
-  largest of the last few steps) times the calls expected while a summary runs (the last
-  prepared summary's duration over the time between recent calls; one call before any
-  summary was timed) would take the next calls past the trigger (:class:`Growth`); a
-  conversation that grows by whole documents starts one call before the jump, and one
-  whose calls come fast starts as many calls ahead as the summary takes; or
+* the projected next call crosses the trigger: the view just sent plus the largest of
+  the last few steps (what a call added to what the previous one sent) is past it
+  (:class:`Growth`); a conversation that grows by whole documents starts one call
+  before the jump, also right after a compaction; or
 * the conversation passes ``budget.prepare`` (60% of the input budget by default), the
   latest point at which preparing starts (``prepare=None`` turns preparing off)::
 
@@ -34,9 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import math
 import operator
-import statistics
 import threading
 import time
 from collections import deque
@@ -52,68 +48,42 @@ from .._summaries.service import SummaryService
 __all__ = ["Growth", "Prepared", "prepare_in_task", "prepare_in_thread"]
 
 _STEPS = 4  # recent calls the growth is read from
-_MAX_AHEAD = 64  # calls to look ahead at most (a summary many calls long is no forecast)
 
 
 class Growth:
-    """How a conversation grows: the tokens and seconds of its recent appended calls and
-    how long its last prepared summary took, to project when it will cross the trigger.
+    """How a conversation grows: the tokens its recent calls added, to project whether
+    the next call will cross the trigger.
 
     A step is what a call's input added to what the previous call sent (a compaction's
-    drop is no growth); the time between calls counts whatever the call did.
+    drop is no growth).
     """
 
     def __init__(self) -> None:
-        self.summary_seconds: float | None = None
-        """How long the last prepared compaction took (``None`` before any finished)."""
-        self._last: tuple[float, int] | None = None  # (perf_counter, tokens) of the last call
+        self._last: int | None = None  # what the last call sent
         self._tokens: deque[int] = deque(maxlen=_STEPS)  # tokens the recent steps added
-        self._seconds: deque[float] = deque(maxlen=_STEPS)  # seconds between recent calls
 
-    def observe(self, tokens: int, sent: int | None = None, now: float | None = None) -> None:
+    def observe(self, tokens: int, sent: int | None = None) -> None:
         """A call came with ``tokens`` input tokens (its fixed parts included) and sent
         ``sent`` (fewer when it compacted; default ``tokens``): its step is what it added
         to what the previous call sent."""
-        now = time.perf_counter() if now is None else now
-        if self._last is not None:
-            then, before = self._last
-            self._seconds.append(max(now - then, 0.0))
-            if tokens > before:
-                self._tokens.append(tokens - before)
-        self._last = (now, tokens if sent is None else sent)
-
-    def calls_ahead(self) -> int:
-        """Calls expected while a summary started now runs: the last prepared summary's
-        duration over the median time between recent calls; 1 before either is known."""
-        if self.summary_seconds is None or not self._seconds:
-            return 1
-        interval = statistics.median(self._seconds)
-        if interval <= 0:
-            return _MAX_AHEAD
-        return max(1, min(_MAX_AHEAD, math.ceil(self.summary_seconds / interval)))
+        if self._last is not None and tokens > self._last:
+            self._tokens.append(tokens - self._last)
+        self._last = tokens if sent is None else sent
 
     def projected(self, tokens: int) -> int | None:
-        """The input ``tokens`` grow to by the time a summary started now is ready (the
-        largest recent step per call expected meanwhile); ``None`` before any step."""
+        """The input the next call is expected to bring: ``tokens`` plus the largest of
+        the recent steps; ``None`` before any step.
+
+        The forecast counts tokens, never seconds, so the same history prepares at the
+        same calls in every run (a replay finds every summary it asks for cached)."""
         if not self._tokens:
             return None
-        return tokens + max(self._tokens) * self.calls_ahead()
+        return tokens + max(self._tokens)
 
     def forget(self) -> None:
-        """Forget the steps (the conversation was reset or replaced); the summarizer's
-        duration stays what it was."""
+        """Forget the steps (the conversation was reset or replaced)."""
         self._last = None
         self._tokens.clear()
-        self._seconds.clear()
-
-    def time(self, prepared: Prepared) -> None:
-        """Take the duration of ``prepared`` as the summary's, once it succeeds."""
-        def done(future: Future[PolicyOutcome]) -> None:
-            if not future.cancelled() and future.exception() is None:
-                self.summary_seconds = time.perf_counter() - prepared.started
-
-        prepared.future.add_done_callback(done)
-
 
 
 @dataclass

@@ -668,8 +668,6 @@ class Compactor(CallDecision):
                 return await adrive(keep_pinned(self.policy.run, list(snapshot), context),
                                      service.aanswer)
             self._prepared = prepare_in_task(prepared, run)
-        if self._prepared is prepared:
-            self._growth.time(prepared)
 
     def _prepared_for(self, plan: Plan) -> Prepared | None:
         """The prepared compaction this call may use: one of the view this call extends,
