@@ -327,6 +327,8 @@ class SummaryService:
             parts = split_request(request, room, self.counter)
             if len(parts) >= 2:
                 return (yield from self._parts(request, parts, depth, window))
+        if request.sent is not None:
+            self.counts["cache_true"] += 1  # sent as the previous request plus instruction
         try:
             return (yield from self._attempts(request))
         except _TooLong as too_long:
@@ -475,14 +477,15 @@ class SummaryService:
             return request
         # Every message of the span in the view, in order (a policy may leave out of the
         # span messages inside its range: earlier summaries it keeps as written).
-        found = [sent.position(m) for m in request.messages]
-        positions = [p for p in found if p is not None]
-        if len(positions) < len(found) or positions != sorted(set(positions)):
+        positions = sent.positions_of(request.messages)
+        if positions is None:
             return request
-        messages = sent.view[:max(sent.length, positions[-1] + 1)]
+        cut = max(sent.length, positions[-1] + 1)
+        while cut < len(sent.view) and sent.view[cut].role == "tool":
+            cut += 1  # the rest of a tool call's results: the request must be whole
+        messages = sent.view[:cut]
         if validate([*messages, Message("user", "?")]):
             return request  # the span ends inside a tool call's exchange, or worse
-        self.counts["cache_true"] += 1
         return replace(request, sent=SentRequest(messages, tuple(positions), sent.tools))
 
     def _cache_get(self, key: str) -> str | None:
@@ -504,13 +507,24 @@ class _Sent:
     length: int
     view: tuple[Message, ...]
     tools: tuple[Mapping[str, Any], ...]
-    _positions: dict[int, int] | None = None
+    _positions: dict[int, list[int]] | None = None
 
-    def position(self, message: Message) -> int | None:
-        """Where ``message`` (this very object) is in the view."""
+    def positions_of(self, span: Sequence[Message]) -> list[int] | None:
+        """Where the messages of ``span`` (these very objects) are in the view, each after
+        the one before (a message the view holds twice is taken where the order allows);
+        ``None`` when one is not there."""
         if self._positions is None:
-            self._positions = {id(m): i for i, m in enumerate(self.view)}
-        return self._positions.get(id(message))
+            self._positions = {}
+            for i, m in enumerate(self.view):
+                self._positions.setdefault(id(m), []).append(i)
+        out: list[int] = []
+        for message in span:
+            after = out[-1] if out else -1
+            found = next((i for i in self._positions.get(id(message), ()) if i > after), None)
+            if found is None:
+                return None
+            out.append(found)
+        return out
 
 
 _MAX_OVERRUNNING = 4
