@@ -623,8 +623,8 @@ class Compactor(CallDecision):
         the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
         aims below the target by what the conversation is expected to grow until the call
         that crosses the trigger (at least to the trigger), so that call lands at the
-        target; never below a tenth of the budget. ``grew_to``: the input of a call that
-        compacted (what the conversation grew to before it was compacted)."""
+        target; not at all when that leaves less than a tenth of the budget.
+        ``grew_to``: the input of a call that compacted (before it was compacted)."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
         if mark is None or not prefix.out_valid:
@@ -643,9 +643,14 @@ class Compactor(CallDecision):
             effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
         # What is appended until the crossing call (the trigger, or the projected jump
         # past it) comes on top of the prepared output: aim below the target by that.
-        reach = max(budget.trigger_tokens, projected or 0)
-        aim = max(budget.target_tokens - (reach - effective), budget.input_budget // 10)
-        if effective > budget.trigger_tokens or aim >= effective:
+        # Past the mark, aim as before; started by the projection alone, aim below it by
+        # the projected step. Too little room left (a step as large as the target): the
+        # prepared output could not take the next step, and the crossing call would wait
+        # for it in vain.
+        reach = budget.trigger_tokens if effective > mark else max(budget.trigger_tokens,
+                                                                   projected or 0)
+        aim = budget.target_tokens - (reach - effective)
+        if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
             return
         # Below the lowered trigger, the policy compacts this view as it would past the
         # real one (a forced run would read as an overflow).
