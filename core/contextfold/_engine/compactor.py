@@ -361,9 +361,7 @@ class Compactor(CallDecision):
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
-        result = self._run(plan)
-        self._prepare_ahead(in_loop=False, grew_to=plan.estimate)
-        return result
+        return self._run(plan)
 
     async def acompact(
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
@@ -384,9 +382,7 @@ class Compactor(CallDecision):
             result = self._use_prepared(plan, prepared, ready) if ready else None
             if result is not None:
                 return result
-        result = await self._arun(plan)
-        self._prepare_ahead(in_loop=True, grew_to=plan.estimate)
-        return result
+        return await self._arun(plan)
 
     def limit_input(self, tokens: int) -> None:
         """Lower the input budget to at most ``tokens`` for this call and every later one
@@ -618,13 +614,12 @@ class Compactor(CallDecision):
 
     # -- ahead of time ----------------------------------------------------------------
 
-    def _prepare_ahead(self, *, in_loop: bool, grew_to: int | None = None) -> None:
+    def _prepare_ahead(self, *, in_loop: bool) -> None:
         """Start the next compaction in the background when the projected growth crosses
         the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
         aims below the target by what the conversation is expected to grow until the call
         that crosses the trigger (at least to the trigger), so that call lands at the
-        target; not at all when that leaves less than a tenth of the budget.
-        ``grew_to``: the input of a call that compacted (before it was compacted)."""
+        target; not at all when that leaves less than a tenth of the budget."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
         if mark is None or not prefix.out_valid:
@@ -632,7 +627,7 @@ class Compactor(CallDecision):
         known = None if self._known is None else self._known + self.calibration.scaled(
             self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
-        self._growth.observe(effective if grew_to is None else grew_to, effective)
+        self._growth.observe(effective)
         if (self._prepared is not None or self.policy.always_run
                 or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None):
             return
