@@ -17,7 +17,7 @@ other calls, for each.
 
 Then when the preparation starts (:func:`starts`): with a 2 s summarizer, the share of
 compactions whose call added under 50 ms, preparing from the growth of recent calls (the
-default) against the fixed 60% mark alone, for histories growing by ~1% tool steps and by
+default) against not preparing (``prepare=None``), for histories growing by ~1% tool steps and by
 full-size documents (3-8k tokens under a 16k window, as in the 60-document HTTP run), at
 several model latencies. A preparation hides the summary only when the calls between its
 start and the crossing take at least the summary's time: with a model that answers at
@@ -30,8 +30,8 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,19 +176,6 @@ def documents(count: int, low: int = 3_000, high: int = 8_000,
     return out
 
 
-@contextmanager
-def fixed_mark_only() -> Iterator[None]:
-    """Preparing at ``budget.prepare`` only, as before the projection (no forecast)."""
-    from contextfold._engine.ahead import Growth
-
-    projected = Growth.projected
-    Growth.projected = lambda self, tokens: None  # type: ignore[method-assign,assignment,return-value]
-    try:
-        yield
-    finally:
-        Growth.projected = projected  # type: ignore[method-assign]
-
-
 def compaction_calls(step_list: list[list[cf.Message]], budget: cf.Budget,
                      summary_seconds: float, model_seconds: float) -> list[float]:
     """Milliseconds of each call that sent a compaction, in an agent loop over
@@ -210,8 +197,9 @@ def compaction_calls(step_list: list[list[cf.Message]], budget: cf.Budget,
 
 
 def starts(quick: bool) -> list[dict[str, Any]]:
-    """Rows: the share of compactions whose call added under 50 ms, preparing from the
-    projected growth (ours) and at the fixed 60% mark alone (peer), in one process."""
+    """Rows: the share of compactions whose call added under 50 ms, preparing ahead (ours:
+    from the projected growth or past ``budget.prepare``) and without preparing (peer:
+    ``prepare=None``), in one process."""
     summary_seconds = 0.2 if quick else SUMMARY_SECONDS
     scenarios: list[tuple[str, list[list[cf.Message]], cf.Budget, tuple[float, ...]]] = [
         ("~1% tool steps", steps(120 if quick else 160), cf.Budget(context_window=WINDOW),
@@ -224,8 +212,8 @@ def starts(quick: bool) -> list[dict[str, Any]]:
     for label, step_list, budget, latencies in scenarios:
         for model_seconds in latencies:
             projected = compaction_calls(step_list, budget, summary_seconds, model_seconds)
-            with fixed_mark_only():
-                fixed = compaction_calls(step_list, budget, summary_seconds, model_seconds)
+            fixed = compaction_calls(step_list, replace(budget, prepare=None),
+                                     summary_seconds, model_seconds)
             share = [100 * sum(t < 50 for t in ts) / max(len(ts), 1) for ts in (projected,
                                                                                  fixed)]
             rows.append({
@@ -235,7 +223,7 @@ def starts(quick: bool) -> list[dict[str, Any]]:
                 "ratio": share[0] / share[1] if share[1] else None,
                 "notes": f"{len(projected)} compactions, crossing calls median "
                          f"{statistics.median(projected or [0]):.0f} ms, max "
-                         f"{max(projected or [0]):.0f} ms; peer: the fixed 60% mark alone "
+                         f"{max(projected or [0]):.0f} ms; peer: prepare=None "
                          f"(median {statistics.median(fixed or [0]):.0f} ms, max "
                          f"{max(fixed or [0]):.0f} ms)",
             })
