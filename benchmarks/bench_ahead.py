@@ -14,14 +14,24 @@ before the extractive summary is returned). Measured, in one process:
 
 Reported: the time the crossing calls took (the slowest one), and the median of the
 other calls, for each.
+
+Then when the preparation starts (:func:`starts`): with a 2 s summarizer, the share of
+compactions whose call added under 50 ms, preparing from the growth of recent calls (the
+default) against not preparing (``prepare=None``), for histories growing by ~1% tool steps and by
+full-size documents (3-8k tokens under a 16k window, as in the 60-document HTTP run), at
+several model latencies. A preparation hides the summary only when the calls between its
+start and the crossing take at least the summary's time: with a model that answers at
+once (0 s, nothing between calls) no start point can, and the rows show it.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +154,82 @@ def middleware(summary_seconds: float, count: int,
     return loop(call, to_langchain, count, model_seconds)
 
 
+WORDS = ["ledger", "contract", "review", "quarterly", "figure", "audit", "supplier", "margin",
+         "forecast", "risk", "schedule", "vendor", "invoice", "region", "policy", "transfer",
+         "balance", "account", "report"]
+
+
+def documents(count: int, low: int = 3_000, high: int = 8_000,
+              seed: int = 7) -> list[list[cf.Message]]:
+    """Loop steps that each read a full-size document (``low``-``high`` tokens) with its
+    reference code."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(count):
+        size = rng.randint(low, high)
+        text = " ".join(rng.choice(WORDS) for _ in range(size))
+        call = cf.Message("assistant", "", tool_calls=(
+            cf.ToolCall(f"d{k}", "read_document", f'{{"number": {k}}}'),))
+        result = cf.Message("tool", f"Document {k}. Reference code: REF-{k:04d}. {text}",
+                            tool_call_id=f"d{k}", name="read_document")
+        out.append([call, result])
+    return out
+
+
+def compaction_calls(step_list: list[list[cf.Message]], budget: cf.Budget,
+                     summary_seconds: float, model_seconds: float) -> list[float]:
+    """Milliseconds of each call that sent a compaction, in an agent loop over
+    ``step_list`` whose model takes ``model_seconds`` a call."""
+    compactor = cf.Compactor(cf.ThresholdPolicy(), budget, COUNTER,
+                             SlowSummarizer(summary_seconds))
+    history = [cf.Message("system", "You read documents and report their codes."),
+               cf.Message("user", "Read every document and list the reference codes.")]
+    times = []
+    for step in step_list:
+        history = [*history, *step]
+        started = time.perf_counter()
+        result = compactor.compact(history)
+        if result.report.method != "none":
+            times.append((time.perf_counter() - started) * 1e3)
+        time.sleep(model_seconds)  # the model answers
+    compactor.settle(30)
+    return times
+
+
+def starts(quick: bool) -> list[dict[str, Any]]:
+    """Rows: the share of compactions whose call added under 50 ms, preparing ahead (ours:
+    from the projected growth or past ``budget.prepare``) and without preparing (peer:
+    ``prepare=None``), in one process."""
+    summary_seconds = 0.2 if quick else SUMMARY_SECONDS
+    scenarios: list[tuple[str, list[list[cf.Message]], cf.Budget, tuple[float, ...]]] = [
+        ("~1% tool steps", steps(120 if quick else 160), cf.Budget(context_window=WINDOW),
+         (0.0, 0.02) if quick else (0.0, 0.05, 0.1, 0.2)),
+        ("full-size documents", documents(10 if quick else 12),
+         cf.Budget(context_window=WINDOW, output_reserve=1_024),
+         (0.0, 0.3) if quick else (0.0, 0.5, 2.5)),
+    ]
+    rows: list[dict[str, Any]] = []
+    for label, step_list, budget, latencies in scenarios:
+        for model_seconds in latencies:
+            projected = compaction_calls(step_list, budget, summary_seconds, model_seconds)
+            fixed = compaction_calls(step_list, replace(budget, prepare=None),
+                                     summary_seconds, model_seconds)
+            share = [100 * sum(t < 50 for t in ts) / max(len(ts), 1) for ts in (projected,
+                                                                                 fixed)]
+            rows.append({
+                "name": f"compactions whose call added < 50 ms, {label}, model "
+                        f"{model_seconds:g} s a call, summary {summary_seconds:g} s",
+                "ours": round(share[0]), "peer": round(share[1]), "unit": "%",
+                "ratio": share[0] / share[1] if share[1] else None,
+                "notes": f"{len(projected)} compactions, crossing calls median "
+                         f"{statistics.median(projected or [0]):.0f} ms, max "
+                         f"{max(projected or [0]):.0f} ms; peer: prepare=None "
+                         f"(median {statistics.median(fixed or [0]):.0f} ms, max "
+                         f"{max(fixed or [0]):.0f} ms)",
+            })
+    return rows
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run.py``: the slowest crossing call and the median other call,
     prepared ahead, made on the spot, and LangChain's, in the same process."""
@@ -167,7 +253,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                  "ours": round(statistics.median(prepared[1]), 3),
                  "peer": round(statistics.median(peer[1]), 3), "unit": "ms",
                  "notes": "peer: SummarizationMiddleware.before_model"})
-    return rows
+    return rows + starts(quick)
 
 
 if __name__ == "__main__":

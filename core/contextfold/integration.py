@@ -8,11 +8,13 @@ calibration from the reported :class:`Usage`, the idle decision and persistence 
 counts kept beside the stored messages included (:class:`CountKeeper`, which an adapter
 that stores messages itself uses directly). Provider
 errors are read with :func:`overflow_of` and :func:`error_kind`; LLM summarizers build
-their prompt with :func:`summary_prompt`. :func:`message_to_dict` and
+their prompt with :func:`summary_prompt`, or repeat the agent's previous request with
+:func:`cache_true_messages` (cache-true requests, :class:`SentRequest`). :func:`message_to_dict` and
 :func:`message_from_dict` are the stores' JSON form of a message (a framework's own
 serialization can embed it).
 """
 
+from ._contract.policy import SentRequest
 from ._counting.budget import MODEL_LIMITS, ModelLimits
 from ._counting.counters import encoding_for_model
 from ._engine.calls import (
@@ -39,13 +41,22 @@ from ._provider_errors import (
 )
 from ._stores.codec import decode as message_from_dict
 from ._stores.codec import encode as message_to_dict
-from ._summaries.prompt import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from ._summaries.prompt import (
+    SUMMARY_INSTRUCTION_OPENING,
+    SUMMARY_SYSTEM_PROMPT,
+    cache_true_messages,
+    render_transcript,
+    span_ranges,
+    summary_instruction,
+    summary_prompt,
+)
 from ._summaries.summarizer import AnySummarizer, AsyncSummarizer
 
 __all__ = [
     "COMPACT_CONTEXT_DESCRIPTION",
     "MODEL_LIMITS",
     "OVERFLOW_PHRASES",
+    "SUMMARY_INSTRUCTION_OPENING",
     "SUMMARY_SYSTEM_PROMPT",
     "AnySummarizer",
     "AsyncSummarizer",
@@ -55,9 +66,11 @@ __all__ = [
     "ErrorKind",
     "ModelLimits",
     "Overflow",
+    "SentRequest",
     "Usage",
     "View",
     "at_index",
+    "cache_true_messages",
     "compact_context_tool",
     "encoding_for_model",
     "error_kind",
@@ -69,7 +82,9 @@ __all__ = [
     "overflow_of",
     "render_transcript",
     "require_extra",
+    "span_ranges",
     "stable_id",
+    "summary_instruction",
     "summary_prompt",
     "with_stable_id",
 ]

@@ -55,7 +55,8 @@ class _AgentModelSummarizer(ChatModelSummarizer):
     """Summarizes with the model of the request being compacted (set before each call)."""
 
     def __init__(self) -> None:
-        super().__init__(model=None, max_input_tokens=None)  # type: ignore[arg-type]
+        super().__init__(model=None, max_input_tokens=None,  # type: ignore[arg-type]
+                         cache_true=True)
 
 
 def _reply_of(result: Any) -> BaseMessage | None:

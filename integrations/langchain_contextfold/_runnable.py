@@ -389,7 +389,8 @@ def with_compaction(
             engine = engines[id(model)] = Engine(
                 policy=policy, budget=budget, counter=counter,
                 summarizer=summarizer if summarizer is not None else ChatModelSummarizer(
-                    model, max_input_tokens=None),  # the conversation's budget is its window
+                    # the conversation's budget is its window; its requests are cached
+                    model, max_input_tokens=None, cache_true=True),
                 store=store, max_conversations=max_conversations,
             )
         return CompactingChatModel(model=model, engine=engine, profile=model.profile)

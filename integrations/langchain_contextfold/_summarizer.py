@@ -5,6 +5,12 @@
 Retries, splitting of long spans, the content-hash cache, verification and the fallback
 on failure are added around it by contextfold's summary service, so a failure here is
 raised, never returned as text: a failed summary never becomes the summary.
+
+With ``cache_true=True`` (what ``with_compaction`` and ``CompactionMiddleware`` use when
+they summarize with the conversation's own model), a summary request repeats the agent's
+previous request (its messages, converted back as the agent sent them, and its tools
+bound) with the instruction appended as the last message, so the provider serves it
+mostly from its prompt cache.
 """
 
 from __future__ import annotations
@@ -17,8 +23,15 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
 from contextfold.errors import SummarizerError
-from contextfold.integration import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.integration import (
+    SUMMARY_SYSTEM_PROMPT,
+    cache_true_messages,
+    render_transcript,
+    summary_prompt,
+)
 from contextfold.policy import SummaryRequest
+
+from ._convert import from_core
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "ChatModelSummarizer", "render_transcript"]
 
@@ -40,6 +53,10 @@ class ChatModelSummarizer:
             (``model.profile["max_input_tokens"]``); ``None`` states no window, so the
             conversation's budget applies (what the adapters use when the summarizer is the
             conversation's own model, whose real window the budget describes).
+        cache_true: repeat the agent's previous request, byte for byte, with the summary
+            instruction appended (see the module docstring). Worth it when ``model`` is the
+            agent's own model (the same provider cache); where the previous request would
+            not fit ``max_input_tokens``, today's form is used.
 
     Example::
 
@@ -55,8 +72,10 @@ class ChatModelSummarizer:
         system_prompt: str = SUMMARY_SYSTEM_PROMPT,
         config: RunnableConfig | None = None,
         max_input_tokens: int | Literal["profile"] | None = "profile",
+        cache_true: bool = False,
     ) -> None:
         self.model = model
+        self.cache_true = cache_true
         self.system_prompt = system_prompt
         self.config = config
         self._window = max_input_tokens
@@ -71,8 +90,19 @@ class ChatModelSummarizer:
         return value if isinstance(value, int) and value > 0 else None
 
     def prompt(self, request: SummaryRequest) -> list[BaseMessage]:
-        """The messages sent to the model for ``request``."""
+        """The messages sent to the model for ``request``: the previous request and the
+        instruction for a cache-true request, else the summary system prompt and the
+        span's transcript."""
+        if request.sent is not None:
+            return from_core(cache_true_messages(request))
         return [SystemMessage(self.system_prompt), HumanMessage(summary_prompt(request))]
+
+    def _model(self, request: SummaryRequest) -> Any:
+        """The model with the previous request's tools bound, for a cache-true request
+        that had tools (the instruction asks for text; the tools are there to keep the
+        request's prefix what the provider cached)."""
+        tools = request.sent.tools if request.sent is not None else ()
+        return self.model.bind_tools([dict(t) for t in tools]) if tools else self.model
 
     def _config(self) -> RunnableConfig:
         config: dict[str, Any] = dict(self.config or {})
@@ -84,7 +114,7 @@ class ChatModelSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The summary text; raises :class:`contextfold.SummarizerError` on failure."""
         try:
-            reply = self.model.invoke(self.prompt(request), self._config())
+            reply = self._model(request).invoke(self.prompt(request), self._config())
         except Exception as exc:
             raise SummarizerError(f"summary model failed: {type(exc).__name__}: {exc}") from exc
         return _text_of(reply)
@@ -92,7 +122,7 @@ class ChatModelSummarizer:
     async def asummarize(self, request: SummaryRequest) -> str:
         """The async form of :meth:`summarize`."""
         try:
-            reply = await self.model.ainvoke(self.prompt(request), self._config())
+            reply = await self._model(request).ainvoke(self.prompt(request), self._config())
         except Exception as exc:
             raise SummarizerError(f"summary model failed: {type(exc).__name__}: {exc}") from exc
         return _text_of(reply)

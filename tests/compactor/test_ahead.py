@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 import contextfold as cf
+from contextfold._engine.ahead import Growth
 from contextfold.policy import CompactionContext, PolicyRun, SummaryRequest
 from contextfold.testing import assert_valid_within
 
@@ -210,3 +211,46 @@ def test_a_task_of_an_event_loop_that_ended_is_not_waited_for() -> None:
         if result.report.method != "none":
             break
     assert_valid_within(result.messages, BUDGET, COUNTER)
+
+
+# -- preparing from the growth of recent calls --------------------------------------------
+
+
+def test_the_projection_adds_the_largest_recent_step_to_what_was_sent() -> None:
+    growth = Growth()
+    assert growth.projected(1_000) is None  # no step yet: no forecast
+    for tokens in (1_000, 1_100, 1_300, 1_400):
+        growth.observe(tokens)
+    assert growth.projected(1_400) == 1_400 + 200
+    growth.observe(1_500, 700)  # a call that compacted: it added 100 and sent 700
+    assert growth.projected(700) == 700 + 200
+    growth.observe(1_600)  # then one that added 900 to what was sent
+    assert growth.projected(1_600) == 1_600 + 900
+    growth.forget()
+    assert growth.projected(1_600) is None
+
+
+def test_a_history_growing_by_whole_documents_is_prepared_one_call_before_the_jump() -> None:
+    # Each call adds a fifth of the budget: no call lands between budget.prepare (60%)
+    # and the trigger (75%), so only the projection can start the preparation in time.
+    summarizer = GatedSummarizer()
+    c = compactor(summarizer)
+    mark, trigger = BUDGET.prepare_tokens, BUDGET.trigger_tokens
+    assert mark is not None
+    step = int(BUDGET.input_budget * 0.19)
+    started_at: list[int] = []
+    crossed = None
+    for history in agent_loop(6, chars=step * 5):
+        result = c.compact(history)
+        if result.report.method != "none":
+            crossed = result
+            break
+        if not c.settle(0) and not started_at:  # a preparation is running (held at the gate)
+            started_at.append(result.report.tokens_after)
+            summarizer.gate.set()  # the summary is ready before the next call
+            assert c.settle(10)
+    assert started_at, "the preparation started before the crossing"
+    assert started_at[0] < mark  # below budget.prepare: the projected call crossed
+    assert started_at[0] + step > trigger - step // 10
+    assert crossed is not None and "prepared" in crossed.report.details
+    assert_valid_within(crossed.messages, BUDGET.trigger_tokens, COUNTER)

@@ -74,10 +74,13 @@ def test_create_agent_with_the_default_summarizer_reads_60_documents(openai_serv
                          config={"recursion_limit": 400})
     summaries = [r for r in server.requests if r.summary]
     whole, long = cached_prefixes(server)
+    cached, total = server.summary_cache()
     print(f"\n60 docs create_agent: {len(server.requests)} requests, "
           f"{len(summaries)} summary calls, {len(server.rejected)} rejected, "
           f"{codes_in_view_at_the_end(server, agent)}/60 codes in view; of consecutive "
-          f"requests {whole:.0%} repeat the previous whole, {long:.0%} its first 1,024 tokens")
+          f"requests {whole:.0%} repeat the previous whole, {long:.0%} its first 1,024 tokens; "
+          f"{cached:,} of the summary calls' {total:,} tokens repeat an agent request "
+          f"({cached / max(total, 1):.0%})")
     assert server.rejected == []  # agent and summary calls alike: nothing over the window
     assert summaries, "the default summarizer (the agent's model) made the summaries"
     assert codes_in_view_at_the_end(server, agent) >= 57
@@ -85,6 +88,9 @@ def test_create_agent_with_the_default_summarizer_reads_60_documents(openai_serv
     # Rolling compaction leaves what earlier passes wrote as it was sent: most requests,
     # compacted ones included, repeat a prefix a provider caches.
     assert long >= 0.8
+    # Summary calls repeat the agent's previous request (cache-true): a provider serves
+    # most of their tokens from its prompt cache.
+    assert cached >= 0.8 * total
 
 
 # Raised inside llama-index-workflows (see tests/llamaindex/conftest.py).

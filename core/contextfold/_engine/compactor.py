@@ -73,7 +73,7 @@ from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError
-from .ahead import Prepared, prepare_in_task, prepare_in_thread
+from .ahead import Growth, Prepared, prepare_in_task, prepare_in_thread
 from .books import Books, Once, counted_targets
 from .calibration import Calibration
 from .decision import CallDecision, Tools
@@ -237,7 +237,9 @@ class Compactor(CallDecision):
         self._requested: str | None = None
         self._asked_call: str | None = None
         self._tools_seen: tuple[str | None, int] = (None, 0)
+        self._last_tools: Tools | None = None
         self._prepared: Prepared | None = None
+        self._growth = Growth()
         self.calibration = Calibration()
         """Provider tokens per counted token, from the last usage report."""
         self._seen_digest = SeenDigest()
@@ -456,6 +458,7 @@ class Compactor(CallDecision):
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                service.follow(self._prefix.out, view, plan.tools)  # cache-true summaries
                 answer = focused(service.answer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
@@ -475,6 +478,7 @@ class Compactor(CallDecision):
             with self._span(plan) as span:
                 view, repairs, context = self._prepare(plan)
                 service = self._service(context.counter)
+                service.follow(self._prefix.out, view, plan.tools)  # cache-true summaries
                 aanswer = afocused(service.aanswer, self._take_request())
                 try:
                     run = keep_pinned(self.policy.run, view, context, self._pins,
@@ -670,25 +674,37 @@ class Compactor(CallDecision):
     # -- ahead of time ----------------------------------------------------------------
 
     def _prepare_ahead(self, *, in_loop: bool) -> None:
-        """Start the next compaction in the background when an appended call passed
-        ``budget.prepare`` (see :mod:`.ahead`). It aims below the target by what the
-        conversation must still grow to reach the trigger, so the call that crosses it
-        lands at the target."""
+        """Start the next compaction in the background when the projected growth crosses
+        the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
+        aims below the target by what the conversation is expected to grow until the call
+        that crosses the trigger (at least to the trigger), so that call lands at the
+        target; not at all when that leaves less than a tenth of the budget."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix
         mark = budget.prepare_tokens
-        if (mark is None or self._prepared is not None or self.policy.always_run
-                or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None
-                or not prefix.out_valid):
+        if mark is None or not prefix.out_valid:
             return
         known = None if self._known is None else self._known + self.calibration.scaled(
             self._since)
         effective = max(prefix.out_tokens + prefix.fixed, known or 0)
-        if effective <= mark:
+        self._growth.observe(effective)
+        if (self._prepared is not None or self.policy.always_run
+                or isinstance(summarizer, ExtractiveSummarizer) or self._requested is not None):
             return
-        if not prefix.out_exact:  # past the mark by a bound: the exact figure decides
+        projected = self._growth.projected(effective)
+        if effective <= mark and (projected is None or projected <= budget.trigger_tokens):
+            return
+        if not prefix.out_exact:  # decided on a bound: the exact figure decides
             effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
-        aim = budget.target_tokens - (budget.trigger_tokens - effective)
-        if not mark < effective <= budget.trigger_tokens or aim < budget.input_budget // 10:
+        # What is appended until the crossing call (the trigger, or the projected jump
+        # past it) comes on top of the prepared output: aim below the target by that.
+        # Past the mark, aim as before; started by the projection alone, aim below it by
+        # the projected step. Too little room left (a step as large as the target): the
+        # prepared output could not take the next step, and the crossing call would wait
+        # for it in vain.
+        reach = budget.trigger_tokens if effective > mark else max(budget.trigger_tokens,
+                                                                   projected or 0)
+        aim = budget.target_tokens - (reach - effective)
+        if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
             return
         # Below the lowered trigger, the policy compacts this view as it would past the
         # real one (a forced run would read as an overflow).
@@ -708,6 +724,7 @@ class Compactor(CallDecision):
             fixed_tokens=prefix.fixed, now=now, state=self._state,
             store=self.store, conversation_id=self.conversation_id, references=self.references,
         )
+        service.follow(snapshot, snapshot, self._last_tools)
         prepared = Prepared(snapshot, service)
         if isinstance(summarizer, Summarizer):
             self._prepared = prepare_in_thread(prepared, lambda: drive(
@@ -772,6 +789,7 @@ class Compactor(CallDecision):
     def _forget(self) -> None:
         self._prefix = Prefix()
         self._prepared = None
+        self._growth.forget()
         self._rebuild.forget()
         self._known = None
         self._since = 0

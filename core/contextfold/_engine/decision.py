@@ -76,6 +76,7 @@ class CallDecision:
     _requested: str | None
     _asked_call: str | None  # the last compact_context call this conversation served
     _tools_seen: tuple[str | None, int]
+    _last_tools: Tools | None  # the tool definitions of the last call (sent with it)
     _prefix: Prefix  # the previous input and output
     _known: int | None  # provider-reported input tokens of the previous output
     _since: int  # estimated tokens added since that report
@@ -99,7 +100,7 @@ class CallDecision:
                 f"forced compaction with policy {self.policy.name!r} made no progress last "
                 f"time ({before} -> {after} tokens); the context cannot shrink further"
             )
-        tools = tools if tools is not None else self.tools
+        tools = self._last_tools = tools if tools is not None else self.tools
         check("Compactor.compact", "extra_tokens", extra_tokens, Annotated[int, Ge(0)])
         fixed = self._fixed_tokens(tools) + extra_tokens
         prefix = self._prefix

@@ -2,6 +2,16 @@
 
 The adapters only differ in how they call their framework's model; what the model is asked
 (the system prompt, the request's instructions and size hint, the transcript) is the same.
+
+Two forms:
+
+* today's form (:func:`summary_prompt`): the summary system prompt, then one user message
+  holding the instructions and a rendering of the span;
+* the cache-true form (:func:`cache_true_messages`), when the request carries the agent's
+  previous request (:attr:`SummaryRequest.sent`): that request's own messages, unchanged,
+  then one user message (:func:`summary_instruction`) naming the span by position
+  ("messages 3 to 41 above"). Everything before that last message is what the provider
+  has just served, so it comes from the provider's prompt cache.
 """
 
 from __future__ import annotations
@@ -11,7 +21,15 @@ from collections.abc import Sequence
 from .._contract.policy import SummaryRequest
 from .._messages.model import Message
 
-__all__ = ["SUMMARY_SYSTEM_PROMPT", "render_transcript", "summary_prompt"]
+__all__ = [
+    "SUMMARY_INSTRUCTION_OPENING",
+    "SUMMARY_SYSTEM_PROMPT",
+    "cache_true_messages",
+    "render_transcript",
+    "span_ranges",
+    "summary_instruction",
+    "summary_prompt",
+]
 
 SUMMARY_SYSTEM_PROMPT = (
     "You compress the history of an AI agent's conversation so the agent can continue its "
@@ -21,6 +39,10 @@ SUMMARY_SYSTEM_PROMPT = (
     "invent anything. Write the summary only, with no preamble."
 )
 """The system prompt of every summary call."""
+
+SUMMARY_INSTRUCTION_OPENING = "Stop working on the task for a moment: compress messages"
+"""How the instruction of a cache-true summary request starts (what tells the model, and a
+test server, that this request asks for a summary)."""
 
 
 def render_transcript(messages: Sequence[Message]) -> str:
@@ -43,6 +65,51 @@ def render_transcript(messages: Sequence[Message]) -> str:
 
 def summary_prompt(request: SummaryRequest) -> str:
     """The user prompt of a summary call: instructions, size hint, then the transcript."""
+    parts = _asked(request)
+    parts.append(f"<conversation>\n{render_transcript(request.messages)}\n</conversation>")
+    return "\n\n".join(parts)
+
+
+def summary_instruction(request: SummaryRequest) -> str:
+    """The last message of a cache-true summary request: which messages above to compress
+    (1-based, inclusive, counting every message of the request, the system prompt
+    included), then the request's instructions and size hint. Raises ``ValueError`` for a
+    request without :attr:`~SummaryRequest.sent`."""
+    sent = request.sent
+    if sent is None:
+        raise ValueError("summary_instruction needs a request with the previous request (sent)")
+    opening = (
+        f"{SUMMARY_INSTRUCTION_OPENING} {span_ranges(sent.positions)} above (counting "
+        "every message from the first, the system prompt included) into a summary the "
+        "agent can continue from in place of those messages. Do not call any tool; "
+        "answer with the summary only. "
+        + SUMMARY_SYSTEM_PROMPT
+    )
+    return "\n\n".join([opening, *_asked(request)])
+
+
+def span_ranges(positions: Sequence[int]) -> str:
+    """0-based increasing positions as 1-based inclusive ranges: ``"3 to 10, 12, 14 to 20"``."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return ", ".join(f"{a + 1} to {b + 1}" if b > a else f"{a + 1}" for a, b in runs)
+
+
+def cache_true_messages(request: SummaryRequest) -> list[Message]:
+    """The messages of a cache-true summary request: the previous request's messages as
+    they were sent, then the instruction as a user message."""
+    sent = request.sent
+    if sent is None:
+        raise ValueError("cache_true_messages needs a request with the previous request (sent)")
+    return [*sent.messages, Message("user", summary_instruction(request))]
+
+
+def _asked(request: SummaryRequest) -> list[str]:
+    """The request's instructions, the user's latest request and the size hint."""
     parts = [request.instructions.strip()]
     if request.open_request:
         parts.append(
@@ -57,5 +124,4 @@ def summary_prompt(request: SummaryRequest) -> str:
         )
     if request.max_tokens:
         parts.append(f"Keep the summary under about {request.max_tokens} tokens.")
-    parts.append(f"<conversation>\n{render_transcript(request.messages)}\n</conversation>")
-    return "\n\n".join(parts)
+    return parts

@@ -17,6 +17,14 @@ sync or an async summarizer (the sans-IO shape of httpx's auth flows)::
        │
     cache it, reply
 
+Cache-true requests: for a summarizer whose ``cache_true`` attribute is ``True``, the
+engine tells the service what it last sent (:meth:`SummaryService.follow`); a request
+whose span lies, message for message, in what was sent (or appended since) then carries
+it (:class:`~contextfold._contract.policy.SentRequest`) and the summarizer repeats that
+request with the instruction appended, so the provider serves it mostly from its prompt
+cache. Where that request would not fit the summarizer's window, is not a valid request,
+or the model rejects it as too long, today's form (the span alone) is used instead.
+
 The window a request must fit is the request's ``max_input_tokens``, else the
 summarizer's ``max_input_tokens`` attribute (the adapters' summarizers read it from their
 model's profile), else the conversation's input budget; the request, the summary's own size
@@ -31,20 +39,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal, TypeVar
 
 from .._config import Ge, Gt, check, check_fields
-from .._contract.policy import SummaryReply, SummaryRequest
+from .._contract.policy import SentRequest, SummaryReply, SummaryRequest
 from .._counting.counters import EstimatingCounter, TokenCounter
 from .._identifiers.values import message_identifiers
+from .._messages.model import Message
+from .._messages.validation import validate
 from .._provider_errors import error_kind, overflow_of
 from .._telemetry import NO_SUMMARY_SPAN, SummarySpan, summary_span
 from ..errors import ConfigurationError, SummarizerError
 from .cache import SummaryCache
 from .extractive import ExtractiveSummarizer
+from .prompt import summary_instruction
 from .split import append_to_data, merge_request, split_request
 from .summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 
@@ -166,11 +177,29 @@ class SummaryService:
         """Calls to an LLM summarizer (the extractive one and cache hits excluded)."""
         self.counts = dict.fromkeys(
             ("summarizer_calls", "cache_hits", "retries", "splits", "fallbacks", "failures",
-             "verified_missing", "verified_unfit", "too_long", "refused"), 0,
+             "verified_missing", "verified_unfit", "too_long", "refused", "cache_true"), 0,
         )
         """Figures for the report: every call, hits, retries, splits, fallbacks..."""
         self.notes: list[str] = []
         """Remarks for the report (failures, fallbacks, verification)."""
+        self._sent: _Sent | None = None
+
+    @property
+    def cache_true(self) -> bool:
+        """Whether the summarizer asks for cache-true requests (its ``cache_true`` is True)."""
+        return self.llm and getattr(self.summarizer, "cache_true", False) is True
+
+    def follow(self, sent: Sequence[Message], view: Sequence[Message],
+               tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """What the agent's model last received (``sent``, with ``tools``) and the policy's
+        input (``view``), for cache-true requests. Nothing is kept unless ``view`` starts
+        with ``sent`` (the same message objects): only then is the previous request the
+        start of what the policy summarizes."""
+        self._sent = None
+        if not self.cache_true or not sent or len(view) < len(sent):
+            return
+        if all(a is b for a, b in zip(sent, view[:len(sent)], strict=True)):
+            self._sent = _Sent(len(sent), tuple(view), tuple(tools or ()))
 
     def details(self) -> dict[str, int]:
         """The pass's figures, for ``CompactionReport.details["summary"]``."""
@@ -272,6 +301,7 @@ class SummaryService:
         cached = self._cache_get(key)
         if cached is not None:
             return SummaryReply(text=cached, origin="cache")
+        request = self._cache_true(request)
         try:
             text = yield from self._summarize(request, 0)
         except _Failed as failed:  # the whole request falls back, not only the failed part
@@ -289,16 +319,24 @@ class SummaryService:
         Raises :class:`_Failed` only (the whole request then falls back)."""
         window = self._window_for(request, window)
         needed = self._input_tokens(request) + _reserve(request, window)
+        if request.sent is not None and window is not None and needed > window:
+            request = replace(request, sent=None)  # today's form, the span alone
+            needed = self._input_tokens(request) + _reserve(request, window)
         if window is not None and depth < _MAX_DEPTH and needed > window:
             room = window - _reserve(request, window)  # left for the input itself
             parts = split_request(request, room, self.counter)
             if len(parts) >= 2:
                 return (yield from self._parts(request, parts, depth, window))
+        if request.sent is not None:
+            self.counts["cache_true"] += 1  # sent as the previous request plus instruction
         try:
             return (yield from self._attempts(request))
         except _TooLong as too_long:
             # The model's real window is smaller than assumed: split at once, no waiting.
             self.counts["too_long"] += 1
+            if request.sent is not None:  # the span alone first: the previous request is
+                return (yield from self._summarize(  # what overflowed
+                    replace(request, sent=None), depth, window))
             smaller = self._learned_window(too_long.error, request, needed, window)
             if depth >= _MAX_DEPTH or smaller < _MIN_WINDOW:
                 raise _Failed(request, too_long.error, 1) from None
@@ -422,9 +460,33 @@ class SummaryService:
         return append_to_data(text, fitting) if fitting else text
 
     def _input_tokens(self, request: SummaryRequest) -> int:
+        sent = request.sent
+        if sent is not None:  # the whole request repeated, and its instruction
+            return (self.counter.count_messages(sent.messages) + self.counter.count_tools(
+                sent.tools) + self.counter.count_text(summary_instruction(request)))
         return self.counter.count_messages(request.messages) + self.counter.count_text(
             request.instructions
         )
+
+    def _cache_true(self, request: SummaryRequest) -> SummaryRequest:
+        """``request`` carrying the previous request (see the module docstring) when its
+        span lies in what was followed, message for message, and the result is a valid
+        request; else ``request`` itself."""
+        sent = self._sent
+        if sent is None or not request.messages or request.sent is not None:
+            return request
+        # Every message of the span in the view, in order (a policy may leave out of the
+        # span messages inside its range: earlier summaries it keeps as written).
+        positions = sent.positions_of(request.messages)
+        if positions is None:
+            return request
+        cut = max(sent.length, positions[-1] + 1)
+        while cut < len(sent.view) and sent.view[cut].role == "tool":
+            cut += 1  # the rest of a tool call's results: the request must be whole
+        messages = sent.view[:cut]
+        if validate([*messages, Message("user", "?")]):
+            return request  # the span ends inside a tool call's exchange, or worse
+        return replace(request, sent=SentRequest(messages, tuple(positions), sent.tools))
 
     def _cache_get(self, key: str) -> str | None:
         text = self.cache.get(key) if self.cache is not None else None
@@ -435,6 +497,34 @@ class SummaryService:
     def _cache_put(self, key: str, text: str) -> None:
         if self.cache is not None:
             self.cache.put(key, text)
+
+
+@dataclass
+class _Sent:
+    """What :meth:`SummaryService.follow` keeps: the length of the previous request, the
+    policy's input that starts with it, and the tools sent with it."""
+
+    length: int
+    view: tuple[Message, ...]
+    tools: tuple[Mapping[str, Any], ...]
+    _positions: dict[int, list[int]] | None = None
+
+    def positions_of(self, span: Sequence[Message]) -> list[int] | None:
+        """Where the messages of ``span`` (these very objects) are in the view, each after
+        the one before (a message the view holds twice is taken where the order allows);
+        ``None`` when one is not there."""
+        if self._positions is None:
+            self._positions = {}
+            for i, m in enumerate(self.view):
+                self._positions.setdefault(id(m), []).append(i)
+        out: list[int] = []
+        for message in span:
+            after = out[-1] if out else -1
+            found = next((i for i in self._positions.get(id(message), ()) if i > after), None)
+            if found is None:
+                return None
+            out.append(found)
+        return out
 
 
 _MAX_OVERRUNNING = 4

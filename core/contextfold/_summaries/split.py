@@ -59,7 +59,8 @@ def split_request(
     flush()
     n = len(parts)
     return [
-        replace(request, messages=tuple(p), purpose=f"{request.purpose}:part{k}/{n}")
+        replace(request, messages=tuple(p), purpose=f"{request.purpose}:part{k}/{n}",
+                sent=None)
         for k, p in enumerate(parts, 1)
     ]
 
@@ -91,6 +92,7 @@ def merge_request(request: SummaryRequest, texts: Sequence[str]) -> SummaryReque
         messages=(Message(role="user", content=body),),
         instructions=f"{request.instructions}\n\n{MERGE_INSTRUCTIONS}",
         purpose=f"{request.purpose}:merge",
+        sent=None,
     )
 
 

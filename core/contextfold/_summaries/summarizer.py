@@ -4,6 +4,12 @@ A summarizer turns a :class:`SummaryRequest` into text. Sync summarizers impleme
 ``summarize``; async ones ``asummarize``; a class may implement both. Retries, splitting,
 caching, verification and fallback are added around any summarizer by the summary
 service, so implementations stay small.
+
+A summarizer that sets ``cache_true = True`` receives, where it fits, the agent's previous
+request with each request (:attr:`SummaryRequest.sent`) and sends that request again with
+the instruction appended (:func:`~contextfold.integration.cache_true_messages`), so the
+provider serves it mostly from its prompt cache. It is opt-in: a summarizer over a model
+other than the agent's gains nothing from it.
 """
 
 from __future__ import annotations
@@ -56,14 +62,19 @@ class ScriptedSummarizer:
     """The window it claims, as an LLM summarizer's model profile states one (requests over
     it are split); ``None``: the conversation's budget applies."""
 
+    cache_true: bool = False
+    """Ask for cache-true requests (the agent's previous request in ``request.sent``)."""
+
     def __init__(
         self,
         script: Iterable[str | BaseException | Callable[[SummaryRequest], str]] = (),
         *,
         default: str | Callable[[SummaryRequest], str] | None = None,
         max_input_tokens: int | None = None,
+        cache_true: bool = False,
     ) -> None:
         self._script = list(script)
+        self.cache_true = cache_true
         self.default = default
         if max_input_tokens is not None:
             self.max_input_tokens = max_input_tokens

@@ -5,6 +5,11 @@
 content-hash cache, verification and the fallback on failure are added around it by the
 summary service, so a failure here is raised, never returned as text: a failed summary
 never becomes the summary.
+
+With ``cache_true=True``, a summary request repeats the agent's previous request (its
+messages converted back, its tool definitions passed as the ``tools`` argument, which
+LlamaIndex's OpenAI-compatible LLMs forward to the API) with the instruction appended as
+the last message, so the provider serves it mostly from its prompt cache.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.llms import LLM
 
 from contextfold.errors import SummarizerError
-from contextfold.integration import SUMMARY_SYSTEM_PROMPT, render_transcript, summary_prompt
+from contextfold.integration import (
+    SUMMARY_SYSTEM_PROMPT,
+    cache_true_messages,
+    render_transcript,
+    summary_prompt,
+)
 from contextfold.policy import SummaryRequest
+
+from ._convert import to_llama_index
 
 __all__ = ["SUMMARY_SYSTEM_PROMPT", "LLMSummarizer", "render_transcript"]
 
@@ -36,6 +48,10 @@ class LLMSummarizer:
             merged. ``"metadata"`` (the default) takes the LLM's ``metadata.context_window``
             less its ``num_output``; ``None`` states none (the conversation's budget
             applies).
+        cache_true: repeat the agent's previous request with the summary instruction
+            appended (see the module docstring). Worth it when ``llm`` is the LLM the
+            agent's calls go to (the same provider cache); where the previous request would
+            not fit ``max_input_tokens``, today's form is used.
 
     Example::
 
@@ -52,6 +68,7 @@ class LLMSummarizer:
         system_prompt: str = SUMMARY_SYSTEM_PROMPT,
         chat_kwargs: dict[str, Any] | None = None,
         max_input_tokens: int | Literal["metadata"] | None = "metadata",
+        cache_true: bool = False,
     ) -> None:
         if not isinstance(llm, LLM):
             raise TypeError(f"llm must be a llama_index LLM, got {type(llm).__name__}")
@@ -59,6 +76,7 @@ class LLMSummarizer:
         self.system_prompt = system_prompt
         self.chat_kwargs = dict(chat_kwargs or {})
         self._window = max_input_tokens
+        self.cache_true = cache_true
 
     @property
     def max_input_tokens(self) -> int | None:
@@ -73,7 +91,10 @@ class LLMSummarizer:
         return f"LLMSummarizer({type(self.llm).__name__})"
 
     def messages(self, request: SummaryRequest) -> list[ChatMessage]:
-        """The chat messages of one summary call."""
+        """The chat messages of one summary call: the previous request and the instruction
+        for a cache-true request, else the summary system prompt and the transcript."""
+        if request.sent is not None:
+            return to_llama_index(cache_true_messages(request))
         return [
             ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt),
             ChatMessage(role=MessageRole.USER, content=summary_prompt(request)),
@@ -81,11 +102,17 @@ class LLMSummarizer:
 
     def summarize(self, request: SummaryRequest) -> str:
         """The summary of ``request`` (raises :class:`SummarizerError` on an empty reply)."""
-        return _text(self.llm.chat(self.messages(request), **self.chat_kwargs))
+        return _text(self.llm.chat(self.messages(request), **self._kwargs(request)))
 
     async def asummarize(self, request: SummaryRequest) -> str:
         """The async form of :meth:`summarize`."""
-        return _text(await self.llm.achat(self.messages(request), **self.chat_kwargs))
+        return _text(await self.llm.achat(self.messages(request), **self._kwargs(request)))
+
+    def _kwargs(self, request: SummaryRequest) -> dict[str, Any]:
+        """``chat_kwargs``, with the previous request's tools for a cache-true request."""
+        tools = request.sent.tools if request.sent is not None else ()
+        return {**self.chat_kwargs, "tools": [dict(t) for t in tools]} if tools else \
+            self.chat_kwargs
 
 
 def _text(response: ChatResponse) -> str:
