@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -98,6 +99,45 @@ def test_round_trip_is_lossless(x: list[dict[str, Any]]) -> None:
     messages = cf.from_openai(x)
     assert cf.to_openai(messages) == x
     assert cf.from_openai(cf.to_openai(messages)) == messages
+
+
+def _scramble(value: Any) -> None:
+    """Change every dict and list inside ``value`` in place, however deep."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _scramble(item)
+        value["scrambled"] = [1]
+    elif isinstance(value, list):
+        for item in value:
+            _scramble(item)
+        value.append({"scrambled": 1})
+
+
+@given(canonical_messages(), st.dictionaries(st.text(min_size=1, max_size=8), json_values,
+                                             min_size=1, max_size=3))
+def test_conversions_never_share_what_can_change(
+    x: list[dict[str, Any]], audio: dict[str, Any]
+) -> None:
+    # An unknown key holding nested data, and opaque parts (in the strategy), are what a
+    # message keeps of its dicts besides strings.
+    if x:
+        x[0]["audio"] = audio
+    before = copy.deepcopy(x)
+    messages = cf.from_openai(x)
+    assert x == before  # reading never changes the caller's dicts
+    _scramble(x)
+    written = cf.to_openai(messages)
+    assert written == before  # nor does changing them afterwards reach the messages
+    _scramble(written)
+    assert cf.to_openai(messages) == before  # nor does changing what was written
+
+
+def test_plain_text_is_shared_not_copied() -> None:
+    text = "a long tool result " * 1000
+    raw = [{"role": "user", "content": text}]
+    (message,) = cf.from_openai(raw)
+    assert message.content is text  # a string cannot change: sharing it is safe
+    assert cf.to_openai([message])[0]["content"] is text
 
 
 def _projection(m: cf.Message) -> tuple[Any, ...]:

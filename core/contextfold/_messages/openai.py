@@ -27,13 +27,21 @@ deterministic id ``function_call_<index>``; the ``function`` message after it an
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ..errors import ConversionError
-from .model import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
+from .model import (
+    ContentPart,
+    ImagePart,
+    Message,
+    OpaquePart,
+    Role,
+    TextPart,
+    ToolCall,
+    detached,
+)
 
 __all__ = ["OPENAI_KEY", "from_openai", "to_openai"]
 
@@ -61,8 +69,10 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     out: list[Message] = []
     legacy_call: str | None = None
     for index, raw in enumerate(messages):
-        # The messages keep copies: changing the caller's dicts later never reaches them.
-        message = _read_message(copy.deepcopy(raw), index, legacy_call)
+        # Read in place: what a message keeps of ``raw`` is either immutable (strings) or
+        # detached (unknown keys' values, opaque parts), so changing the caller's dicts
+        # later never reaches it, and a message of plain text copies nothing.
+        message = _read_message(raw, index, legacy_call)
         if message.metadata.get(OPENAI_KEY, {}).get("legacy") == "function_call":
             legacy_call = message.tool_calls[0].id
         out.append(message)
@@ -94,7 +104,7 @@ def _read_message(raw: Any, index: int, legacy_call: str | None) -> Message:
     mark = _content_mark(raw, role, bool(calls))
     if mark is not None:
         wire["content"] = mark
-    extra = {k: v for k, v in raw.items() if k not in _KNOWN and v is not None}
+    extra = {k: detached(v) for k, v in raw.items() if k not in _KNOWN and v is not None}
     if extra:
         wire["extra"] = extra
     metadata = {OPENAI_KEY: wire} if wire else {}
@@ -155,7 +165,7 @@ def _read_part(part: Any, index: int, where: str) -> ContentPart:
                 and set(image) <= {"url", "detail"}
                 and isinstance(image.get("detail", ""), str)):
             return ImagePart(url=image["url"], detail=image.get("detail"))
-    return OpaquePart(kind=kind, data=dict(part))
+    return OpaquePart(kind=kind, data=detached(dict(part)))
 
 
 def _read_calls(raw: Mapping[str, Any], index: int, wire: dict[str, Any]) -> tuple[ToolCall, ...]:
@@ -187,7 +197,8 @@ def _read_calls(raw: Mapping[str, Any], index: int, wire: dict[str, Any]) -> tup
                                   index=index, field=f"{where}.type")
         name, arguments = _read_function(item.get("function"), index, f"{where}.function")
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-        extra = {k2: v for k2, v in item.items() if k2 not in _CALL_KNOWN and v is not None}
+        extra = {k2: detached(v) for k2, v in item.items()
+                 if k2 not in _CALL_KNOWN and v is not None}
         if extra:
             call_extra[call_id] = extra
     if call_extra:
@@ -224,14 +235,15 @@ def to_openai(messages: Sequence[Message], *, reasoning: bool = True) -> list[di
     ``reasoning=False`` (some endpoints, DeepSeek's among them, reject it in requests).
     The inverse of :func:`from_openai` (see the module notes for what is normalised).
     """
-    # Copies: changing the dicts never reaches the messages' (read-only) metadata.
-    return copy.deepcopy([_write_message(m, reasoning) for m in messages])
+    # Every dict is new; what comes from a message's metadata (unknown keys, opaque
+    # parts) is detached, so changing the dicts never reaches the messages.
+    return [_write_message(m, reasoning) for m in messages]
 
 
 def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:
     wire: Mapping[str, Any] = m.metadata.get(OPENAI_KEY) or {}
     legacy = wire.get("legacy")
-    out: dict[str, Any] = dict(wire.get("extra") or {})
+    out: dict[str, Any] = detached(dict(wire.get("extra") or {}))
     out["role"] = m.role
     content: str | list[dict[str, Any]] | None = _write_content(m.content)
     mark = wire.get("content")
@@ -259,7 +271,7 @@ def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:
 
 
 def _write_call(call: ToolCall, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = dict(extra or {})
+    out: dict[str, Any] = detached(dict(extra or {}))
     out.update(id=call.id, type="function",
                function={"name": call.name, "arguments": call.arguments})
     return out
@@ -283,4 +295,4 @@ def _write_content(content: str | tuple[ContentPart, ...]) -> str | list[dict[st
 
 
 def _thaw(data: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(data)
+    return detached(dict(data))
