@@ -101,6 +101,39 @@ def test_round_trip_is_lossless(x: list[dict[str, Any]]) -> None:
     assert cf.from_openai(cf.to_openai(messages)) == messages
 
 
+@given(st.lists(st.one_of(canonical_messages(), st.lists(st.dictionaries(
+    st.sampled_from(["role", "content", "name", "tool_call_id", "tool_calls", "refusal"]),
+    st.one_of(json_values, st.sampled_from(["user", "assistant", "tool", "system"])),
+    max_size=5), max_size=3)), max_size=3))
+def test_common_shapes_read_as_every_message_is(chunks: list[list[dict[str, Any]]]) -> None:
+    # Common shapes take a shorter way in; it must make the message (or raise the error)
+    # the general reading makes, whatever the dict holds.
+    x = [m for chunk in chunks for m in chunk]
+    try:
+        expected: Any = _general(x)
+    except cf.ConversionError as exc:
+        expected = (exc.index, exc.field)
+    try:
+        got: Any = cf.from_openai(x)
+    except cf.ConversionError as exc:
+        got = (exc.index, exc.field)
+    assert got == expected
+
+
+def _general(x: list[dict[str, Any]]) -> list[cf.Message]:
+    """Every message read the general way (a legacy function result names the call of
+    the legacy call before it)."""
+    from contextfold._messages.openai import _read_message
+
+    out, legacy = [], None
+    for index, raw in enumerate(x):
+        message = _read_message(raw, index, legacy)
+        if message.metadata.get("openai", {}).get("legacy") == "function_call":
+            legacy = message.tool_calls[0].id
+        out.append(message)
+    return out
+
+
 def _scramble(value: Any) -> None:
     """Change every dict and list inside ``value`` in place, however deep."""
     if isinstance(value, dict):

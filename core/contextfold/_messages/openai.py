@@ -72,11 +72,76 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         # Read in place: what a message keeps of ``raw`` is either immutable (strings) or
         # detached (unknown keys' values, opaque parts), so changing the caller's dicts
         # later never reaches it, and a message of plain text copies nothing.
-        message = _read_message(raw, index, legacy_call)
+        message = _read_plain(raw) if raw.__class__ is dict else None
+        if message is None:
+            message = _read_message(raw, index, legacy_call)
         if message.metadata.get(OPENAI_KEY, {}).get("legacy") == "function_call":
             legacy_call = message.tool_calls[0].id
         out.append(message)
     return out
+
+
+_PLAIN_KEYS = frozenset({"role", "content", "name", "tool_call_id", "tool_calls"})
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_PLAIN_CALL_KEYS = frozenset({"id", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
+_STR_OR_NONE = (str, type(None))
+
+
+def _read_plain(raw: dict[str, Any]) -> Message | None:
+    """The message of the most common shapes (text content, tool calls with an id, a type
+    and a function, a name, a call id; nothing else), built without the general reading;
+    ``None`` for any other shape, or anything wrong with this one, which
+    :func:`_read_message` then reads (and names the error of). The message is the one
+    :func:`_read_message` makes of the same dict."""
+    if not raw.keys() <= _PLAIN_KEYS:
+        return None
+    role, content = raw.get("role"), raw.get("content")
+    name, call_id = raw.get("name"), raw.get("tool_call_id")
+    if (role.__class__ is not str or role not in _PLAIN_ROLES or name.__class__ not in _STR_OR_NONE
+            or call_id.__class__ not in _STR_OR_NONE or (role == "tool" and call_id is None)):
+        return None
+    raw_calls = raw.get("tool_calls")
+    calls: tuple[ToolCall, ...] = ()
+    if raw_calls is not None:
+        if raw_calls.__class__ is not list or not raw_calls or role != "assistant":
+            return None
+        read = [_plain_call(item) for item in raw_calls]
+        if None in read:
+            return None
+        calls = tuple(read)  # type: ignore[arg-type]
+    if content.__class__ is not str:
+        if "content" not in raw:
+            return None  # absent: how it was written is kept
+        # ``null`` is read as "" and written back as ``null`` only beside tool calls.
+        if content is not None or not calls:
+            return None
+        content = ""
+    elif not content and calls:
+        return None  # an empty string beside tool calls: how it was written is kept
+    try:
+        return Message(cast(Role, role), content, calls, call_id, name)
+    except ConversionError:
+        return None
+
+
+def _plain_call(item: Any) -> ToolCall | None:
+    """A tool call of ``{"id", "type": "function", "function": {"name", "arguments"}}``
+    with valid JSON arguments, else ``None``."""
+    if item.__class__ is not dict or item.keys() != _PLAIN_CALL_KEYS:
+        return None
+    fn, call_id = item["function"], item["id"]
+    if (item["type"] != "function" or fn.__class__ is not dict or fn.keys() != _FUNCTION_KEYS
+            or call_id.__class__ is not str or not call_id):
+        return None
+    name, arguments = fn["name"], fn["arguments"]
+    if name.__class__ is not str or arguments.__class__ is not str:
+        return None
+    try:
+        json.loads(arguments)
+        return ToolCall(call_id, name, arguments)
+    except (ValueError, RecursionError, ConversionError):
+        return None
 
 
 def _read_message(raw: Any, index: int, legacy_call: str | None) -> Message:
