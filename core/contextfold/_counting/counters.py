@@ -332,6 +332,11 @@ _SAFE_CUT = re.compile(r"(?<=\S) (?=[A-Za-z])")
 _PARALLEL_BATCH_CHARS = 200_000
 """Characters of uncounted messages from which counting them together uses the threads:
 below it, handing the work over costs more than the second core saves."""
+_TEXTS_KEPT_CHARS = 32_000_000
+"""Characters of counted texts a tiktoken counter remembers the counts of (the memory
+they take is mostly the messages' own: a key is the message's string itself)."""
+_TEXT_KEPT_MAX = 1_000_000
+"""Texts this long or longer are counted in pieces on the threads and not remembered."""
 _POOL_NAME = "contextfold-count"
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -443,9 +448,26 @@ class TiktokenCounter(_BaseCounter):
         return None
 
     def _tokens(self, text: str) -> int:
-        # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
-        # (the same as ``encode(text, disallowed_special=())``, without its checks).
-        return len(self.encoding.encode_ordinary(text))
+        """tiktoken's tokens of ``text``, remembered by text: the same content in another
+        message object (a result cut the same way at each level of a plan, a message
+        rebuilt with a new id or new metadata) is not encoded again. Texts of
+        ``_TEXTS_KEPT_CHARS`` characters in all are kept, then the memo starts over."""
+        texts: dict[str, int] | None = self.__dict__.get("_texts")
+        if texts is None:
+            texts = self.__dict__["_texts"] = {}
+        n = texts.get(text)
+        if n is None:
+            # Ordinary encoding counts "<|endoftext|>" in user text as text instead of
+            # raising (as ``encode(text, disallowed_special=())`` does, without its checks).
+            n = len(self.encoding.encode_ordinary(text))
+            if len(text) < _TEXT_KEPT_MAX:
+                kept = self.__dict__.get("_texts_chars", 0) + len(text)
+                if kept > _TEXTS_KEPT_CHARS:
+                    texts = self.__dict__["_texts"] = {}
+                    kept = len(text)
+                texts[text] = n
+                self.__dict__["_texts_chars"] = kept
+        return n
 
     def _scaled(self, tokens: int) -> int:
         """The count of a text from its tiktoken tokens (an approximation scales them)."""
