@@ -106,9 +106,13 @@ def trim(lc: list[Any], count: Callable[[list[Any]], int]) -> None:
 
 
 def _texts(messages: list[cf.Message]) -> list[str]:
-    from contextfold._counting.counters import content_texts
-
-    return [t for m in messages for t in content_texts(m)[0] if t]
+    """The texts a counter encodes: content, reasoning, call arguments, the call id."""
+    out = []
+    for m in messages:
+        out.append(m.text)
+        out.extend(t for t in (m.reasoning, m.tool_call_id) if t)
+        out.extend(call.arguments for call in m.tool_calls)
+    return [t for t in out if t]
 
 
 def rows_at(n: int, policies: list[str], repeat: int) -> list[dict[str, Any]]:
