@@ -553,3 +553,21 @@ def test_the_text_memo_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) ->
     assert encodes.texts.count(texts[-1]) == 1  # the newest is still known
     counter.count_text(texts[0])
     assert encodes.texts.count(texts[0]) == 2  # the oldest was let go
+
+
+def test_a_counter_that_caches_nothing_is_asked_once_per_message() -> None:
+    class Uncached(cf.EstimatingCounter):
+        """Counts without caching (as an endpoint's failed request falls back)."""
+
+        def __init__(self) -> None:
+            super().__init__(2.0)
+            self.asked: list[cf.Message] = []
+
+        def count_message(self, message: cf.Message) -> int:
+            self.asked.append(message)
+            return 5
+
+    counter = Uncached()
+    history = [cf.Message("user", f"question {i}") for i in range(50)]
+    assert counter.count_messages(history) == _counting.REPLY_PRIMING + 5 * 50
+    assert counter.asked == history

@@ -203,9 +203,10 @@ class _BaseCounter:
         return [count(m) for m in messages]
 
     def _count_uncounted(self, messages: list[Message]) -> None:
-        """Count and cache ``messages`` (none counted yet); one by one here."""
-        for m in messages:
-            self.count_message(m)
+        """Count and cache ``messages`` (none counted yet) together, for a counter that can
+        do it faster than one by one; here nothing is done, and :meth:`count_message`
+        counts each (a counter that caches no count, as an endpoint's fallback, is then
+        never asked twice)."""
 
     def _text_bound(self) -> Callable[[str], int] | None:
         """A cheap upper bound of :meth:`count_text`, or ``None`` when none is known (the
@@ -415,15 +416,16 @@ class TiktokenCounter(_BaseCounter):
         way; a subclass that counts otherwise is counted one by one."""
         cls = type(self)
         if (_WORKERS == 1 or cls.count_text is not TiktokenCounter.count_text
+                or cls.count_message is not _BaseCounter.count_message
                 or cls._count_uncached is not _BaseCounter._count_uncached
                 or cls._count_with is not _BaseCounter._count_with
                 or threading.current_thread().name.startswith(_POOL_NAME)):
-            return super()._count_uncounted(messages)
+            return None
         unique = list({id(m): m for m in messages}.values())
         sizes = [_char_size(m) for m in unique]
         total = sum(sizes)
         if total < _PARALLEL_BATCH_CHARS:
-            return super()._count_uncounted(unique)
+            return None  # one by one, by ``count_message``
         key, each = "tokens:" + self.name, total // _WORKERS + 1
         runs: list[list[Message]] = [[]]
         filled = 0
