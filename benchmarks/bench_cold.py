@@ -33,10 +33,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import contextfold as cf
+from contextfold.policy import Policy
 
 N = 10_000
 QUICK_N = 2_000
@@ -44,7 +46,7 @@ LARGE_N = 100_000
 REPEAT = 3
 ENCODING = "cl100k_base"
 BUDGET = cf.Budget.for_model("gpt-4o")
-POLICIES: dict[str, Callable[[], cf.Policy]] = {
+POLICIES: dict[str, Callable[[], Policy]] = {
     "threshold": cf.ThresholdPolicy,
     "tiered": cf.TieredPolicy,
     "summary": cf.SummaryPolicy,
@@ -138,7 +140,7 @@ def rows_at(n: int, policies: list[str], repeat: int) -> list[dict[str, Any]]:
         "notes": f"{peer / single:.1f}x the tokenizer pass; {_load()}",
     }]
     for policy in policies:
-        ours = best_of(lambda policy=policy: first_compact(raw, policy), repeat)
+        ours = best_of(partial(first_compact, raw, policy), repeat)
         rows.append({
             "name": f"first compact(), {label}: {policy} vs a tokenizer pass", "ours": ours,
             "peer": single, "unit": "ms",
@@ -171,7 +173,7 @@ def rows_large(n: int) -> list[dict[str, Any]]:
     label = f"{n // 1000}k msgs"
     rows = []
     for policy in POLICIES:
-        ours = best_of(lambda policy=policy: first_compact(raw, policy), 1)
+        ours = best_of(partial(first_compact, raw, policy), 1)
         rows.append({
             "name": f"first compact(), {label}: {policy} vs trim_messages", "ours": ours,
             "peer": peer, "unit": "ms",
