@@ -109,6 +109,81 @@ def test_count_within_counts_the_newest_messages_first() -> None:
     assert flags == sorted(flags)  # a counted suffix, nothing older
 
 
+def _one_by_one(counter: cf.TokenCounter, messages: list[cf.Message], limit: int) -> list[int]:
+    """The positions a newest-first count of one message at a time tokenizes before the
+    decision is made (the reference ``count_within`` must agree with)."""
+    figures = [token_bound(counter, m) for m in messages]
+    total, exact_part, done = _counting.REPLY_PRIMING + sum(figures), _counting.REPLY_PRIMING, []
+    for i in reversed(range(len(messages))):
+        if not (total > limit >= exact_part):
+            break
+        n = counter.count_message(messages[i])
+        total, exact_part = total + n - figures[i], exact_part + n
+        done.append(i)
+    return sorted(done)
+
+
+@given(history=histories(max_turns=5, max_tool_chars=2_000), share=st.floats(0.01, 1.5))
+def test_count_within_counts_together_exactly_what_one_by_one_would(
+    history: list[cf.Message], share: float
+) -> None:
+    # Counting together (and on threads for long runs: the threshold is lowered so the
+    # generated histories take that path) must tokenize the same messages, no more.
+    saved = _counting._PARALLEL_BATCH_CHARS
+    _counting._PARALLEL_BATCH_CHARS = 0
+    try:
+        for counter in (EXACT, APPROX):
+            limit = int(counter.count_messages(history) * share)
+            reference = _one_by_one(counter, fresh(history), limit)
+            messages = fresh(history)
+            count_within(counter, messages, limit)
+            assert [i for i, m in enumerate(messages) if counted(counter, m)] == reference
+    finally:
+        _counting._PARALLEL_BATCH_CHARS = saved
+
+
+@given(history=histories(max_turns=5, max_tool_chars=3_000))
+def test_counting_together_gives_each_messages_own_count(history: list[cf.Message]) -> None:
+    saved = _counting._PARALLEL_BATCH_CHARS
+    _counting._PARALLEL_BATCH_CHARS = 0  # always the threads
+    try:
+        for counter in (EXACT, APPROX):
+            one = [counter.count_message(m) for m in fresh(history)]
+            messages = fresh(history)
+            messages = [*messages, *messages[:2]]  # the same object twice is counted once
+            assert counter.count_each(messages) == [*one, *one[:2]]
+            assert all(counted(counter, m) for m in messages)
+            again = fresh(history)
+            assert counter.count_messages(again) == _counting.REPLY_PRIMING + sum(one)
+    finally:
+        _counting._PARALLEL_BATCH_CHARS = saved
+
+
+def test_a_long_uncounted_history_is_counted_on_the_threads() -> None:
+    history = fresh(generate_history(5, turns=120, tool_chars=2_000))
+    workers = set()
+    counter = _ThreadNoting(RAW, workers)
+    one = [EXACT.count_message(m) for m in fresh(history)]
+    assert counter.count_each(history) == one
+    # Tokenized off the calling thread only when the machine has a second core to use.
+    assert any(name.startswith("contextfold-count") for name in workers) == (
+        _counting._WORKERS > 1)
+
+
+class _ThreadNoting(cf.TiktokenCounter):
+    """The exact counter, noting the threads that tokenize (its counting is its parent's)."""
+
+    def __init__(self, encoding: tiktoken.Encoding, threads: set[str]) -> None:
+        super().__init__(encoding)
+        self.threads = threads
+
+    def _scaled(self, tokens: int) -> int:
+        import threading
+
+        self.threads.add(threading.current_thread().name)
+        return tokens
+
+
 class CustomCounter:
     """A third-party counter: no bound is known for it, so it is asked for counts."""
 

@@ -3,6 +3,7 @@ thinking blocks, typed errors on bad input."""
 
 from __future__ import annotations
 
+import copy
 import json
 from itertools import pairwise
 from typing import Any
@@ -91,6 +92,33 @@ def test_round_trip_is_lossless(pair: tuple[Any, list[dict[str, Any]]]) -> None:
     messages = cf.from_anthropic(x, system=system)
     assert cf.to_anthropic(messages) == (system, x)
     assert cf.from_anthropic(*reversed(cf.to_anthropic(messages))) == messages
+
+
+def _scramble(value: Any) -> None:
+    """Change every dict and list inside ``value`` in place, however deep."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _scramble(item)
+        value["scrambled"] = [1]
+    elif isinstance(value, list):
+        for item in value:
+            _scramble(item)
+        value.append({"scrambled": 1})
+
+
+@given(canonical())
+def test_conversions_never_share_what_can_change(pair: tuple[Any, list[dict[str, Any]]]) -> None:
+    system, x = pair
+    before = copy.deepcopy(pair)
+    messages = cf.from_anthropic(x, system=system)
+    assert (system, x) == before  # reading never changes the caller's data
+    _scramble(x)
+    _scramble(system)
+    written = cf.to_anthropic(messages)
+    assert written == before  # nor does changing it afterwards reach the messages
+    _scramble(written[0])
+    _scramble(written[1])
+    assert cf.to_anthropic(messages) == before  # nor does changing what was written
 
 
 def _calls(messages: list[cf.Message]) -> list[tuple[str, str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -98,6 +99,78 @@ def test_round_trip_is_lossless(x: list[dict[str, Any]]) -> None:
     messages = cf.from_openai(x)
     assert cf.to_openai(messages) == x
     assert cf.from_openai(cf.to_openai(messages)) == messages
+
+
+@given(st.lists(st.one_of(canonical_messages(), st.lists(st.dictionaries(
+    st.sampled_from(["role", "content", "name", "tool_call_id", "tool_calls", "refusal"]),
+    st.one_of(json_values, st.sampled_from(["user", "assistant", "tool", "system"])),
+    max_size=5), max_size=3)), max_size=3))
+def test_common_shapes_read_as_every_message_is(chunks: list[list[dict[str, Any]]]) -> None:
+    # Common shapes take a shorter way in; it must make the message (or raise the error)
+    # the general reading makes, whatever the dict holds.
+    x = [m for chunk in chunks for m in chunk]
+    try:
+        expected: Any = _general(x)
+    except cf.ConversionError as exc:
+        expected = (exc.index, exc.field)
+    try:
+        got: Any = cf.from_openai(x)
+    except cf.ConversionError as exc:
+        got = (exc.index, exc.field)
+    assert got == expected
+
+
+def _general(x: list[dict[str, Any]]) -> list[cf.Message]:
+    """Every message read the general way (a legacy function result names the call of
+    the legacy call before it)."""
+    from contextfold._messages.openai import _read_message
+
+    out, legacy = [], None
+    for index, raw in enumerate(x):
+        message = _read_message(raw, index, legacy)
+        if message.metadata.get("openai", {}).get("legacy") == "function_call":
+            legacy = message.tool_calls[0].id
+        out.append(message)
+    return out
+
+
+def _scramble(value: Any) -> None:
+    """Change every dict and list inside ``value`` in place, however deep."""
+    if isinstance(value, dict):
+        for item in list(value.values()):
+            _scramble(item)
+        value["scrambled"] = [1]
+    elif isinstance(value, list):
+        for item in value:
+            _scramble(item)
+        value.append({"scrambled": 1})
+
+
+@given(canonical_messages(), st.dictionaries(st.text(min_size=1, max_size=8), json_values,
+                                             min_size=1, max_size=3))
+def test_conversions_never_share_what_can_change(
+    x: list[dict[str, Any]], audio: dict[str, Any]
+) -> None:
+    # An unknown key holding nested data, and opaque parts (in the strategy), are what a
+    # message keeps of its dicts besides strings.
+    if x:
+        x[0]["audio"] = audio
+    before = copy.deepcopy(x)
+    messages = cf.from_openai(x)
+    assert x == before  # reading never changes the caller's dicts
+    _scramble(x)
+    written = cf.to_openai(messages)
+    assert written == before  # nor does changing them afterwards reach the messages
+    _scramble(written)
+    assert cf.to_openai(messages) == before  # nor does changing what was written
+
+
+def test_plain_text_is_shared_not_copied() -> None:
+    text = "a long tool result " * 1000
+    raw = [{"role": "user", "content": text}]
+    (message,) = cf.from_openai(raw)
+    assert message.content is text  # a string cannot change: sharing it is safe
+    assert cf.to_openai([message])[0]["content"] is text
 
 
 def _projection(m: cf.Message) -> tuple[Any, ...]:

@@ -518,3 +518,56 @@ def test_a_huge_text_is_counted_in_parallel_pieces_with_the_same_count(traces: T
         assert counter.count_text(text) == len(encoding.encode_ordinary(text))
     approximate = _counting.ApproximateCounter("claude", RAW, 1.3, "a test")
     assert approximate.count_text(text) == -(-len(RAW.encode_ordinary(text)) * 13 // 10)
+
+
+class _Encodes:
+    """An encoding that notes every text it is asked to encode."""
+
+    def __init__(self, encoding: tiktoken.Encoding) -> None:
+        self.encoding, self.name, self.texts = encoding, encoding.name, []
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.texts.append(text)
+        return self.encoding.encode_ordinary(text)
+
+
+def test_the_same_content_in_new_messages_is_not_encoded_again() -> None:
+    encodes = _Encodes(RAW)
+    counter = cf.TiktokenCounter(encodes)  # type: ignore[arg-type]
+    text = "result 7: " + "status confirmed. " * 30
+    first = counter.count_message(cf.Message("tool", text, tool_call_id="c1"))
+    rebuilt = cf.Message("tool", text[:], tool_call_id="c1", metadata={"pinned": True})
+    assert counter.count_message(rebuilt) == first  # a new object: counted from the memo
+    assert encodes.texts.count(text) == 1
+    assert counter.count_text(text + "!") == len(RAW.encode_ordinary(text + "!"))
+
+
+def test_the_text_memo_starts_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_counting, "_TEXTS_KEPT_CHARS", 100)
+    encodes = _Encodes(RAW)
+    counter = cf.TiktokenCounter(encodes)  # type: ignore[arg-type]
+    texts = [f"text number {i} " * 3 for i in range(20)]
+    assert [counter.count_text(t) for t in texts] == [len(RAW.encode_ordinary(t)) for t in texts]
+    assert sum(map(len, counter.__dict__["_texts"])) <= 100  # what it keeps stays bounded
+    assert counter.count_text(texts[-1]) == len(RAW.encode_ordinary(texts[-1]))
+    assert encodes.texts.count(texts[-1]) == 1  # the newest is still known
+    counter.count_text(texts[0])
+    assert encodes.texts.count(texts[0]) == 2  # the oldest was let go
+
+
+def test_a_counter_that_caches_nothing_is_asked_once_per_message() -> None:
+    class Uncached(cf.EstimatingCounter):
+        """Counts without caching (as an endpoint's failed request falls back)."""
+
+        def __init__(self) -> None:
+            super().__init__(2.0)
+            self.asked: list[cf.Message] = []
+
+        def count_message(self, message: cf.Message) -> int:
+            self.asked.append(message)
+            return 5
+
+    counter = Uncached()
+    history = [cf.Message("user", f"question {i}") for i in range(50)]
+    assert counter.count_messages(history) == _counting.REPLY_PRIMING + 5 * 50
+    assert counter.asked == history

@@ -232,12 +232,25 @@ def count_within(
     figures, open_ = _figures(counter, messages, bound)
     total = REPLY_PRIMING + sum(figures)
     counted = total - sum([figures[i] for i in open_])  # the exact part
-    count = counter.count_message
+    count_each = counter.count_each if isinstance(counter, _BaseCounter) else None
     while open_ and total > limit >= counted:
-        i = open_.pop()
-        n = count(messages[i])
-        total += n - figures[i]
-        counted += n
+        # Counting a message moves its bound ``b`` into ``counted`` (its count ``n <= b``)
+        # and takes ``b - n`` off ``total``. Until the bounds of the messages counted add
+        # up to the smaller of the two distances left, neither test can change: so the
+        # newest open messages up to that point are all counted one by one would count
+        # before stopping, and are counted together (on parallel threads, for a long run).
+        need = min(limit + 1 - counted, total - limit)
+        take, covered = len(open_), 0
+        while take and covered < need:
+            take -= 1
+            covered += figures[open_[take]]
+        batch = open_[take:]
+        del open_[take:]
+        counts = (count_each([messages[i] for i in batch]) if count_each is not None
+                  and len(batch) > 1 else [counter.count_message(messages[i]) for i in batch])
+        for i, n in zip(batch, counts, strict=True):
+            total += n - figures[i]
+            counted += n
     return total, not open_
 
 

@@ -191,6 +191,23 @@ class _BaseCounter:
         """Tokens of one message, overhead included; cached on the message per counter."""
         return message.derived("tokens:" + self.name, self._count_uncached)
 
+    def count_each(self, messages: Sequence[Message]) -> list[int]:
+        """:meth:`count_message` of each message. The messages no count is cached on yet
+        are counted together, on parallel threads when a counter can (see
+        :meth:`TiktokenCounter._count_uncounted`), and their counts cached as one by one."""
+        key = "tokens:" + self.name
+        fresh = [m for m in messages if not m.has_derived(key)]
+        if fresh:
+            self._count_uncounted(fresh)
+        count = self.count_message
+        return [count(m) for m in messages]
+
+    def _count_uncounted(self, messages: list[Message]) -> None:
+        """Count and cache ``messages`` (none counted yet) together, for a counter that can
+        do it faster than one by one; here nothing is done, and :meth:`count_message`
+        counts each (a counter that caches no count, as an endpoint's fallback, is then
+        never asked twice)."""
+
     def _text_bound(self) -> Callable[[str], int] | None:
         """A cheap upper bound of :meth:`count_text`, or ``None`` when none is known (the
         counter is then asked for the count itself)."""
@@ -205,7 +222,7 @@ class _BaseCounter:
         seq = messages if isinstance(messages, (list, tuple)) else list(messages)
         if not seq:
             return REPLY_PRIMING
-        return REPLY_PRIMING + self._memo().total(seq, self.count_message)
+        return REPLY_PRIMING + self._memo().total(seq, self.count_message, self.count_each)
 
     def running_totals(self, messages: Sequence[Message]) -> list[int]:
         """``len(messages) + 1`` running sums: element ``i`` is the tokens of ``messages[:i]``
@@ -214,7 +231,7 @@ class _BaseCounter:
         seq = messages if isinstance(messages, (list, tuple)) else list(messages)
         if not seq:
             return [0]
-        return self._memo().totals(seq, self.count_message)[: len(seq) + 1]
+        return self._memo().totals(seq, self.count_message, self.count_each)[: len(seq) + 1]
 
     def _memo(self) -> _PrefixMemo:
         memo: _PrefixMemo | None = self.__dict__.get("_prefix_memo")
@@ -253,12 +270,16 @@ class _PrefixMemo:
         self._entries: list[_Entry] = []
         self._lock = threading.Lock()
 
-    def total(self, seq: Sequence[Message], count: Callable[[Message], int]) -> int:
+    def total(self, seq: Sequence[Message], count: Callable[[Message], int],
+              count_each: Callable[[Sequence[Message]], list[int]] | None = None) -> int:
         """The summed counts of ``seq`` (non-empty), reusing and updating the memo."""
-        return self.totals(seq, count)[len(seq)]
+        return self.totals(seq, count, count_each)[len(seq)]
 
-    def totals(self, seq: Sequence[Message], count: Callable[[Message], int]) -> list[int]:
+    def totals(self, seq: Sequence[Message], count: Callable[[Message], int],
+               count_each: Callable[[Sequence[Message]], list[int]] | None = None) -> list[int]:
         """Running sums whose element ``i`` is the count of ``seq[:i]`` (``seq`` non-empty).
+        What the memo does not know is counted with ``count_each`` when given (all of it at
+        once: in parallel where the counter can), else with ``count`` one by one.
 
         The list is the memo's own and may run past ``len(seq) + 1``: read, never modify.
         """
@@ -276,7 +297,9 @@ class _PrefixMemo:
         if k == len(seq):
             self._remember(best, best)
             return cum  # the same sequence, or a prefix of a longer one we keep
-        more = list(accumulate(map(count, seq[k + 1 :]), initial=cum[k] + count(seq[k])))
+        rest = count_each(seq[k:]) if count_each is not None and len(seq) - k > 1 else \
+            list(map(count, seq[k:]))
+        more = list(accumulate(rest[1:], initial=cum[k] + rest[0]))
         extends = k == len(prev)
         with self._lock:
             # A sequence that extends the old one takes over its sums (appending keeps
@@ -307,8 +330,25 @@ _WORKERS = max(1, min(8, os.cpu_count() or 1))
 # pre-tokenization the space starts the next word's piece (" bar") and no piece spans it,
 # so the counts of a text cut there add up to the count of the whole.
 _SAFE_CUT = re.compile(r"(?<=\S) (?=[A-Za-z])")
+_PARALLEL_BATCH_CHARS = 200_000
+"""Characters of uncounted messages from which counting them together uses the threads:
+below it, handing the work over costs more than the second core saves."""
+_TEXTS_KEPT_CHARS = 32_000_000
+"""Characters of counted texts a tiktoken counter remembers the counts of (the memory
+they take is mostly the messages' own: a key is the message's string itself)."""
+_TEXT_KEPT_MAX = 1_000_000
+"""Texts this long or longer are counted in pieces on the threads and not remembered."""
+_POOL_NAME = "contextfold-count"
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+def _char_size(message: Message) -> int:
+    """About how much text a message gives a counter to encode (to share the work out)."""
+    content = message.content
+    if content.__class__ is str and not message.tool_calls:
+        return len(content) + 16  # type: ignore[arg-type]
+    return message.char_count + 16
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -328,7 +368,7 @@ def _count_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="contextfold-count")
+            _pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix=_POOL_NAME)
         return _pool
 
 
@@ -367,10 +407,69 @@ class TiktokenCounter(_BaseCounter):
         pieces = _pieces(text, len(text) // _WORKERS + 1)
         return self._scaled(sum(_count_pool().map(self._tokens, pieces)))
 
+    def _count_uncounted(self, messages: list[Message]) -> None:
+        """Count and cache ``messages`` (none counted yet). Many of them together (a
+        history nobody counted: a resumed thread, a first call) are cut into one run of
+        messages per worker and counted on parallel threads: tiktoken releases the GIL
+        while it encodes, so the threads' Python work overlaps the others' encoding. The
+        counts are the ones :meth:`count_message` gives, cached on each message the same
+        way; a subclass that counts otherwise is counted one by one."""
+        cls = type(self)
+        if (_WORKERS == 1 or cls.count_text is not TiktokenCounter.count_text
+                or cls.count_message is not _BaseCounter.count_message
+                or cls._count_uncached is not _BaseCounter._count_uncached
+                or cls._count_with is not _BaseCounter._count_with
+                or threading.current_thread().name.startswith(_POOL_NAME)):
+            return None
+        unique = list({id(m): m for m in messages}.values())
+        sizes = [_char_size(m) for m in unique]
+        total = sum(sizes)
+        if total < _PARALLEL_BATCH_CHARS:
+            return None  # one by one, by ``count_message``
+        key, each = "tokens:" + self.name, total // _WORKERS + 1
+        runs: list[list[Message]] = [[]]
+        filled = 0
+        for m, size in zip(unique, sizes, strict=True):
+            if filled >= each:
+                runs.append([])
+                filled = 0
+            runs[-1].append(m)
+            filled += size
+
+        def whole(text: str) -> int:  # ``count_text`` without handing pieces to the pool
+            return self._scaled(self._tokens(text)) if text else 0
+
+        def one(m: Message) -> int:
+            return self._count_with(m, whole)
+
+        def run(ms: list[Message]) -> None:
+            for m in ms:
+                m.derived(key, one)
+
+        list(_count_pool().map(run, runs))
+        return None
+
     def _tokens(self, text: str) -> int:
-        # Ordinary encoding counts "<|endoftext|>" in user text as text instead of raising
-        # (the same as ``encode(text, disallowed_special=())``, without its checks).
-        return len(self.encoding.encode_ordinary(text))
+        """tiktoken's tokens of ``text``, remembered by text: the same content in another
+        message object (a result cut the same way at each level of a plan, a message
+        rebuilt with a new id or new metadata) is not encoded again. Texts of
+        ``_TEXTS_KEPT_CHARS`` characters in all are kept, then the memo starts over."""
+        texts: dict[str, int] | None = self.__dict__.get("_texts")
+        if texts is None:
+            texts = self.__dict__["_texts"] = {}
+        n = texts.get(text)
+        if n is None:
+            # Ordinary encoding counts "<|endoftext|>" in user text as text instead of
+            # raising (as ``encode(text, disallowed_special=())`` does, without its checks).
+            n = len(self.encoding.encode_ordinary(text))
+            if len(text) < _TEXT_KEPT_MAX:
+                kept = self.__dict__.get("_texts_chars", 0) + len(text)
+                if kept > _TEXTS_KEPT_CHARS:
+                    texts = self.__dict__["_texts"] = {}
+                    kept = len(text)
+                texts[text] = n
+                self.__dict__["_texts_chars"] = kept
+        return n
 
     def _scaled(self, tokens: int) -> int:
         """The count of a text from its tiktoken tokens (an approximation scales them)."""

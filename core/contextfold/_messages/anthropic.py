@@ -25,14 +25,13 @@ provider) is not sent: the API only accepts thinking blocks it signed.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from ..errors import ConversionError
-from .model import ContentPart, ImagePart, Message, OpaquePart, TextPart, ToolCall
+from .model import ContentPart, ImagePart, Message, OpaquePart, TextPart, ToolCall, detached
 from .structure import SYSTEM_ROLES
 
 __all__ = ["ANTHROPIC_KEY", "from_anthropic", "to_anthropic"]
@@ -70,9 +69,10 @@ def from_anthropic(
         raise _fail(f"expected a list of message dicts, got {_type_name(messages)}", None)
     out: list[Message] = []
     if system is not None:
-        out.append(_read_system(system))
+        out.append(_read_system(detached(system)))
     names: dict[str, str] = {}
-    for index, raw in enumerate(copy.deepcopy(list(messages))):  # the caller's stay apart
+    for index, given in enumerate(messages):
+        raw = detached(given)  # the caller's stay apart; strings are shared, not copied
         if not isinstance(raw, Mapping):
             raise _fail(f"expected a dict, got {_type_name(raw)}", index)
         role = raw.get("role")
@@ -299,7 +299,7 @@ def to_anthropic(
             _merge(out[-1], entry)
         else:
             out.append(entry)
-    return copy.deepcopy((system, out))  # the messages' metadata stays apart
+    return detached((system, out))  # the messages' metadata stays apart
 
 
 def _write_system(systems: Sequence[Message]) -> str | list[dict[str, Any]] | None:

@@ -6,6 +6,7 @@ Messages are immutable. Policies build changed messages with
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -325,6 +326,30 @@ class Message:
                     value = dict(value)
                 shown.append(f"{f.name}={value!r}")
         return f"Message({', '.join(shown)})"
+
+
+_SHARED = (str, int, float, bool, type(None))
+"""Values a conversion may share with the caller's data: nothing can change them."""
+
+
+def detached(value: T) -> T:
+    """``value`` apart from whoever holds it, sharing what cannot change: strings, numbers,
+    booleans and ``None`` are returned as they are, dicts, lists and tuples are rebuilt
+    around detached items, anything else is deep-copied. The conversions keep a caller's
+    mutable data (an unknown key's value, an opaque block) this way, so changing it later
+    never reaches the messages, while a message of plain text copies nothing at all."""
+    cls = value.__class__
+    if cls in _SHARED:
+        return value
+    if cls is dict:
+        return {k: v if v.__class__ in _SHARED else detached(v)  # type: ignore[return-value]
+                for k, v in value.items()}  # type: ignore[attr-defined]
+    if cls is list:
+        return [v if v.__class__ in _SHARED else detached(v)  # type: ignore[return-value]
+                for v in value]  # type: ignore[attr-defined]
+    if cls is tuple:
+        return tuple(detached(v) for v in value)  # type: ignore[return-value,attr-defined]
+    return copy.deepcopy(value)
 
 
 _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, ensure_ascii=False)

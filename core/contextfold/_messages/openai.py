@@ -27,13 +27,21 @@ deterministic id ``function_call_<index>``; the ``function`` message after it an
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ..errors import ConversionError
-from .model import ContentPart, ImagePart, Message, OpaquePart, Role, TextPart, ToolCall
+from .model import (
+    ContentPart,
+    ImagePart,
+    Message,
+    OpaquePart,
+    Role,
+    TextPart,
+    ToolCall,
+    detached,
+)
 
 __all__ = ["OPENAI_KEY", "from_openai", "to_openai"]
 
@@ -61,12 +69,79 @@ def from_openai(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     out: list[Message] = []
     legacy_call: str | None = None
     for index, raw in enumerate(messages):
-        # The messages keep copies: changing the caller's dicts later never reaches them.
-        message = _read_message(copy.deepcopy(raw), index, legacy_call)
+        # Read in place: what a message keeps of ``raw`` is either immutable (strings) or
+        # detached (unknown keys' values, opaque parts), so changing the caller's dicts
+        # later never reaches it, and a message of plain text copies nothing.
+        message = _read_plain(raw) if raw.__class__ is dict else None
+        if message is None:
+            message = _read_message(raw, index, legacy_call)
         if message.metadata.get(OPENAI_KEY, {}).get("legacy") == "function_call":
             legacy_call = message.tool_calls[0].id
         out.append(message)
     return out
+
+
+_PLAIN_KEYS = frozenset({"role", "content", "name", "tool_call_id", "tool_calls"})
+_PLAIN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_PLAIN_CALL_KEYS = frozenset({"id", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
+_STR_OR_NONE = (str, type(None))
+
+
+def _read_plain(raw: dict[str, Any]) -> Message | None:
+    """The message of the most common shapes (text content, tool calls with an id, a type
+    and a function, a name, a call id; nothing else), built without the general reading;
+    ``None`` for any other shape, or anything wrong with this one, which
+    :func:`_read_message` then reads (and names the error of). The message is the one
+    :func:`_read_message` makes of the same dict."""
+    if not raw.keys() <= _PLAIN_KEYS:
+        return None
+    role, content = raw.get("role"), raw.get("content")
+    name, call_id = raw.get("name"), raw.get("tool_call_id")
+    if (role.__class__ is not str or role not in _PLAIN_ROLES or name.__class__ not in _STR_OR_NONE
+            or call_id.__class__ not in _STR_OR_NONE or (role == "tool" and call_id is None)):
+        return None
+    raw_calls = raw.get("tool_calls")
+    calls: tuple[ToolCall, ...] = ()
+    if raw_calls is not None:
+        if raw_calls.__class__ is not list or not raw_calls or role != "assistant":
+            return None
+        read = [_plain_call(item) for item in raw_calls]
+        if None in read:
+            return None
+        calls = tuple(read)  # type: ignore[arg-type]
+    if content.__class__ is not str:
+        if "content" not in raw:
+            return None  # absent: how it was written is kept
+        # ``null`` is read as "" and written back as ``null`` only beside tool calls.
+        if content is not None or not calls:
+            return None
+        content = ""
+    elif not content and calls:
+        return None  # an empty string beside tool calls: how it was written is kept
+    try:
+        return Message(cast(Role, role), content, calls, call_id, name)
+    except ConversionError:
+        return None
+
+
+def _plain_call(item: Any) -> ToolCall | None:
+    """A tool call of ``{"id", "type": "function", "function": {"name", "arguments"}}``
+    with valid JSON arguments, else ``None``."""
+    if item.__class__ is not dict or item.keys() != _PLAIN_CALL_KEYS:
+        return None
+    fn, call_id = item["function"], item["id"]
+    if (item["type"] != "function" or fn.__class__ is not dict or fn.keys() != _FUNCTION_KEYS
+            or call_id.__class__ is not str or not call_id):
+        return None
+    name, arguments = fn["name"], fn["arguments"]
+    if name.__class__ is not str or arguments.__class__ is not str:
+        return None
+    try:
+        json.loads(arguments)
+        return ToolCall(call_id, name, arguments)
+    except (ValueError, RecursionError, ConversionError):
+        return None
 
 
 def _read_message(raw: Any, index: int, legacy_call: str | None) -> Message:
@@ -94,7 +169,7 @@ def _read_message(raw: Any, index: int, legacy_call: str | None) -> Message:
     mark = _content_mark(raw, role, bool(calls))
     if mark is not None:
         wire["content"] = mark
-    extra = {k: v for k, v in raw.items() if k not in _KNOWN and v is not None}
+    extra = {k: detached(v) for k, v in raw.items() if k not in _KNOWN and v is not None}
     if extra:
         wire["extra"] = extra
     metadata = {OPENAI_KEY: wire} if wire else {}
@@ -155,7 +230,7 @@ def _read_part(part: Any, index: int, where: str) -> ContentPart:
                 and set(image) <= {"url", "detail"}
                 and isinstance(image.get("detail", ""), str)):
             return ImagePart(url=image["url"], detail=image.get("detail"))
-    return OpaquePart(kind=kind, data=dict(part))
+    return OpaquePart(kind=kind, data=detached(dict(part)))
 
 
 def _read_calls(raw: Mapping[str, Any], index: int, wire: dict[str, Any]) -> tuple[ToolCall, ...]:
@@ -187,7 +262,8 @@ def _read_calls(raw: Mapping[str, Any], index: int, wire: dict[str, Any]) -> tup
                                   index=index, field=f"{where}.type")
         name, arguments = _read_function(item.get("function"), index, f"{where}.function")
         calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-        extra = {k2: v for k2, v in item.items() if k2 not in _CALL_KNOWN and v is not None}
+        extra = {k2: detached(v) for k2, v in item.items()
+                 if k2 not in _CALL_KNOWN and v is not None}
         if extra:
             call_extra[call_id] = extra
     if call_extra:
@@ -224,14 +300,15 @@ def to_openai(messages: Sequence[Message], *, reasoning: bool = True) -> list[di
     ``reasoning=False`` (some endpoints, DeepSeek's among them, reject it in requests).
     The inverse of :func:`from_openai` (see the module notes for what is normalised).
     """
-    # Copies: changing the dicts never reaches the messages' (read-only) metadata.
-    return copy.deepcopy([_write_message(m, reasoning) for m in messages])
+    # Every dict is new; what comes from a message's metadata (unknown keys, opaque
+    # parts) is detached, so changing the dicts never reaches the messages.
+    return [_write_message(m, reasoning) for m in messages]
 
 
 def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:
     wire: Mapping[str, Any] = m.metadata.get(OPENAI_KEY) or {}
     legacy = wire.get("legacy")
-    out: dict[str, Any] = dict(wire.get("extra") or {})
+    out: dict[str, Any] = detached(dict(wire.get("extra") or {}))
     out["role"] = m.role
     content: str | list[dict[str, Any]] | None = _write_content(m.content)
     mark = wire.get("content")
@@ -259,7 +336,7 @@ def _write_message(m: Message, with_reasoning: bool) -> dict[str, Any]:
 
 
 def _write_call(call: ToolCall, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    out: dict[str, Any] = dict(extra or {})
+    out: dict[str, Any] = detached(dict(extra or {}))
     out.update(id=call.id, type="function",
                function={"name": call.name, "arguments": call.arguments})
     return out
@@ -283,4 +360,4 @@ def _write_content(content: str | tuple[ContentPart, ...]) -> str | list[dict[st
 
 
 def _thaw(data: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(data)
+    return detached(dict(data))
