@@ -2,7 +2,7 @@
 LangChain side of a call (conversion, usage, the idle reply).
 
 The call itself (compaction, the overflow retry, calibration, idle, persistence) is
-contextfold's :class:`~contextfold.integration.CallLoop`; this module only tells it how to
+contextfold's [`CallLoop`][contextfold.integration.CallLoop]; this module only tells it how to
 convert LangChain messages and how to read a reply.
 """
 

@@ -12,14 +12,15 @@ and the send; everything else about a call happens here, the same for every fram
                                        overflowing again raises ContextOverflowError
       ->  calibrate from the reported usage, reset the nudge counter
 
-The steps are one generator (:meth:`CallLoop.flow`) that yields two kinds of effects,
-``Compact`` and ``Send``; a sync and an async driver (:meth:`CallLoop.call`,
-:meth:`CallLoop.acall`) perform them, so both calling styles share every decision (the
-sans-IO shape of httpx's auth flows).
+The steps are one generator ([`CallLoop.flow`][contextfold.integration.CallLoop.flow]) that yields
+two kinds of effects, ``Compact`` and ``Send``; a sync and an async driver
+([`CallLoop.call`][contextfold.integration.CallLoop.call],
+[`CallLoop.acall`][contextfold.integration.CallLoop.acall]) perform them, so both calling styles
+share every decision (the sans-IO shape of httpx's auth flows).
 
-:class:`Conversations` keeps one loop per conversation, least recently used dropped first.
-A call that names no conversation is keyed by its opening messages, so unrelated
-conversations (a ``batch()`` of different inputs) never share a loop.
+[`Conversations`][contextfold.integration.Conversations] keeps one loop per conversation, least
+recently used dropped first. A call that names no conversation is keyed by its opening messages, so
+unrelated conversations (a ``batch()`` of different inputs) never share a loop.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class View(Generic[F]):
     """True for the one send after a context overflow."""
     request: Mapping[str, Any] = field(default_factory=dict)
     """Provider request fields the policy sends with every call (``betas``,
-    ``context_management``...: :func:`~contextfold.providers.request_fields`); the adapter
-    adds them to the call."""
+    ``context_management``...: [`request_fields`][contextfold.providers.request_fields]); the
+    adapter adds them to the call."""
 
     @property
     def changed(self) -> bool:
@@ -127,8 +128,8 @@ def stable_id(position: int, message: Message) -> str:
 
 
 def with_stable_id(position: int, message: Message) -> Message:
-    """``message`` with the id :func:`stable_id` gives it at ``position`` (a copy, made
-    without building and checking the message again)."""
+    """``message`` with the id [`stable_id`][contextfold.integration.stable_id] gives it at
+    ``position`` (a copy, made without building and checking the message again)."""
     return _with_id(message, stable_id(position, message))
 
 
@@ -160,13 +161,13 @@ class CallLoop(Generic[F]):
     Args:
         compactor: the conversation's Compactor (policy, budget, summarizer, store).
         to_core: converts one framework message at a position of the conversation. Give a
-            message that has no id of its own :func:`stable_id`.
+            message that has no id of its own [`stable_id`][contextfold.integration.stable_id].
         from_core: converts one core message back, for messages the policy made or changed.
         store: where every message the conversation sees is appended once (by id); default
             the compactor's store. ``persist=False`` turns persistence off. The token counts
             the compactor's counter makes of stored messages are kept there too, and a
             resumed conversation (its messages converted again, same ids) reuses the counts
-            kept for them (:class:`~contextfold._engine.kept_counts.CountKeeper`).
+            kept for them ([`CountKeeper`][contextfold.integration.CountKeeper]).
         overflow_classes: the framework's own context-overflow exception classes.
 
     Calls of one loop are serialised (a lock for sync calls; async callers of one loop
@@ -268,8 +269,8 @@ class CallLoop(Generic[F]):
         Args:
             messages: the whole conversation as the framework holds it.
             send: calls the model with the view's messages; raises the provider's error.
-            usage: reads the reply's usage (``None`` for a stream: call :meth:`delivered`
-                when it ends).
+            usage: reads the reply's usage (``None`` for a stream: call
+                [`delivered`][contextfold.integration.CallLoop.delivered] when it ends).
             tools: the tool definitions sent with the call (counted).
             extra_tokens: other prompt text the framework adds that is not in ``messages``
                 (retrieved context, a structured-output schema).
@@ -305,8 +306,8 @@ class CallLoop(Generic[F]):
         extra_tokens: int = 0,
         idle: Callable[[str, View[F]], R | Awaitable[R]] | None = None,
     ) -> R:
-        """The async form of :meth:`call` (summaries and the send are awaited; so is the
-        idle reply when ``idle`` returns an awaitable)."""
+        """The async form of [`call`][contextfold.integration.CallLoop.call] (summaries and the send
+        are awaited; so is the idle reply when ``idle`` returns an awaitable)."""
         flow = self.flow(messages)
         value: Any = None
         error: BaseException | None = None
@@ -349,7 +350,7 @@ class CallLoop(Generic[F]):
     async def aview(
         self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
     ) -> View[F]:
-        """The async form of :meth:`view`."""
+        """The async form of [`view`][contextfold.integration.CallLoop.view]."""
         core = self.to_core(messages)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
@@ -530,7 +531,8 @@ def _noted(into: list[Message], message: Message) -> Message:
 
 
 class Conversations(Generic[F]):
-    """One :class:`CallLoop` per conversation key, the least recently used dropped first.
+    """One [`CallLoop`][contextfold.integration.CallLoop] per conversation key, the least recently
+    used dropped first.
 
     Args:
         make: builds the loop of a new key.

@@ -10,12 +10,12 @@ message that every later compaction merges into, never re-summarizes::
     - user: Use the corporate card ending in 9725, not the personal one. [ctx_0f9e8d7c6b5a]
     - decided: We will ship the order on Monday. [ctx_9a8b7c6d5e4f]
 
-It has its own share of the budget (:attr:`Ledger.share`, 5% by default); the policy it
+It has its own share of the budget (`Ledger.share`, 5% by default); the policy it
 wraps compacts into the rest. When the entries outgrow that share, the least used go first
 (an entry is used when its identifiers appear again in what stays in view): a count says
 how many were shed, and the full history still holds them (searchable in the store).
 
-:func:`run_with_ledger` wraps any policy's run: it takes the previous ledger out of the
+`run_with_ledger` wraps any policy's run: it takes the previous ledger out of the
 input, runs the policy with the ledger's room reserved, records what the policy removed or
 cut, and puts the merged ledger back just before the newest group.
 """
@@ -116,7 +116,7 @@ def ledger_entries(message: Message) -> list[dict[str, Any]]:
 
 def _held_entries(message: Message) -> tuple[_Entry, ...] | None:
     """The entries of a ledger message (``None`` when it is not one: a payload of another
-    shape makes it ordinary content, :mod:`~contextfold._lossless.ledger_payload`)."""
+    shape makes it ordinary content, `ledger_payload`)."""
     raw = payload_entries(message)
     if raw is None:
         return None
@@ -141,7 +141,7 @@ def run_with_ledger(
     under the hard budget instead, and the ledger takes at most that room after it ran.
 
     ``frozen`` is the end of the part a rolling pass leaves byte-identical
-    (:mod:`~contextfold._policies.rolling`): the earlier ledgers in it stay where they are,
+    (`rolling`): the earlier ledgers in it stay where they are,
     and the new entries (those no earlier ledger holds) go in a ledger of their own right
     after the pass's summary, within what the earlier ones left of the ledger's room.
     ``share`` is the part of its room a merged ledger may fill (the rest is left to the
@@ -212,7 +212,7 @@ def _run_rolling(
     run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
     messages: Sequence[Message], context: CompactionContext, ledger: Ledger, frozen: int,
 ) -> PolicyRun:
-    """:func:`run_with_ledger` for a rolling pass: the ledgers before ``frozen`` stay."""
+    """`run_with_ledger` for a rolling pass: the ledgers before ``frozen`` stay."""
     outcome: PolicyOutcome = yield from run(messages, context)
     if outcome.messages is messages:
         return outcome

@@ -117,7 +117,7 @@ def _candidate_windows(text: str) -> list[tuple[int, int]]:
 
 
 def _windows(text: str) -> Iterator[tuple[int, int]]:
-    """:func:`_candidate_windows`, made as they are read: a window is given once the next
+    """`_candidate_windows`, made as they are read: a window is given once the next
     one starts after it ends."""
     if len(text) < _WHOLE_SCAN_BELOW:
         yield 0, len(text)
@@ -161,7 +161,7 @@ def _line_end(text: str, start: int) -> int:
 
 
 def _key_windows(text: str) -> Iterator[tuple[int, int]]:
-    """The windows of the key characters' tokens (see :func:`_candidate_windows`)."""
+    """The windows of the key characters' tokens (see `_candidate_windows`)."""
     start = end = -1
     rfind = text.rfind
     for match in _KEY_RUN.finditer(text):
@@ -195,8 +195,8 @@ def extract_identifiers(text: str) -> list[str]:
 
 
 def _distinct(text: str) -> Iterator[str]:
-    """:func:`extract_identifiers`, found as they are read (the text is scanned only as far
-    as the values taken)."""
+    """[`extract_identifiers`][contextfold.policy.extract_identifiers], found as they are read (the
+    text is scanned only as far as the values taken)."""
     seen: set[str] = set()
     scan = _PATTERN.finditer
     for start, end in _windows(text):

@@ -1,6 +1,6 @@
 """Fidelity evaluation: what share of a transcript's facts survives compaction.
 
-The probes are found independently of any summarizer: :func:`independent_identifiers`
+The probes are found independently of any summarizer: `independent_identifiers`
 takes every token that looks like a reference (it holds a digit, ``@``, a slash, or joins
 words with ``_``) with rules of its own, not the extractor the extractive summary and the
 ledger copy from, so a contender cannot score by copying what the grader looks for.
@@ -14,7 +14,7 @@ ledger copy from, so a contender cannot score by copying what the grader looks f
 * **gold kept**: where the data gives them, the values the final action needs (tau-bench's
   gold action arguments that occur in the conversation);
 * **facts recalled**: where the transcript asks for facts (the generated long chats of
-  :func:`~contextfold.cli.transcripts.generated_chats`), the share of asked facts whose
+  `generated_chats`), the share of asked facts whose
   latest value is in the context given to the call that answers the question. The facts
   are the ones the generator planted, known by construction, not found by any extractor;
 * **context used**: at the measured calls whose history exceeds the allowance, the median
@@ -93,8 +93,8 @@ class Contender:
     ours: bool = True
     """False for peers."""
     contexts: Contexts | None = None
-    """The context at several calls in one run; by default :attr:`compact` on each call's
-    history."""
+    """The context at several calls in one run; by default [`compact`][contextfold.compact] on each
+    call's history."""
 
     def contexts_at(self, transcript: Transcript, allowance: int, counter: TokenCounter,
                     cuts: Sequence[int]) -> Seen:
