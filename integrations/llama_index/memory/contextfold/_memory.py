@@ -320,8 +320,8 @@ class CompactingMemory(BaseMemory):
     # -- serialization ---------------------------------------------------------------
 
     def to_dict(self, **kwargs: Any) -> dict[str, Any]:
-        """A JSON-safe description (see `llama_index.memory.contextfold._memory._serde` for what
-        survives a new process)."""
+        """A JSON-safe description (see the `_serde` module for what survives a new
+        process)."""
         parts = self._parts
         return {
             "class_name": self.class_name(),
