@@ -10,12 +10,16 @@ live in ``langchain_contextfold`` and ``llama_index.memory.contextfold``.
 
 The root holds what users call. The rest is grouped by who needs it:
 
-* :mod:`contextfold.policy`: writing a policy (the contract, structure and cutting helpers);
-* :mod:`contextfold.stores`: history stores, their protocols, search and read-back tools;
-* :mod:`contextfold.prompts`: layered system prompts, temporal context, prompt segments;
-* :mod:`contextfold.errors`: the exception hierarchy;
-* :mod:`contextfold.testing`: test doubles, history generators, ``run_policy``;
-* :mod:`contextfold.integration`: connecting a framework or a provider (the call loop).
+* [`contextfold.policy`][contextfold.policy]: writing a policy (the contract, structure and cutting
+  helpers);
+* [`contextfold.stores`][contextfold.stores]: history stores, their protocols, search and read-back
+  tools;
+* [`contextfold.prompts`][contextfold.prompts]: layered system prompts, temporal context, prompt
+  segments;
+* [`contextfold.errors`][contextfold.errors]: the exception hierarchy;
+* [`contextfold.testing`][contextfold.testing]: test doubles, history generators, ``run_policy``;
+* [`contextfold.integration`][contextfold.integration]: connecting a framework or a provider (the
+  call loop).
 """
 
 from ._contract.report import CompactionReport, CompactionResult

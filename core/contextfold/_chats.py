@@ -1,7 +1,8 @@
 """Long multi-session chats with planted facts: the test data of chat memory.
 
 No public data set holds long personal-assistant chats with known facts and later
-questions about them, so :func:`generate_chat` writes them, deterministically from a seed.
+questions about them, so [`generate_chat`][contextfold.testing.generate_chat] writes them,
+deterministically from a seed.
 A chat is what an assistant sees over weeks of plain conversation (no tool calls)::
 
     [system prompt]

@@ -9,9 +9,9 @@ check enforces them when the object is built, with one message form for every mi
             check_fields(self)
             # Budget(trigger=1.5): "Budget.trigger must be a number in (0, 1], got 1.5"
 
-Plain classes check their constructor arguments with :func:`check` and the same
+Plain classes check their constructor arguments with `check` and the same
 annotations. Rules that tie fields together (``target <= trigger``) stay explicit code and
-raise with :func:`config_error`, in the same form.
+raise with `config_error`, in the same form.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def check_fields(obj: object) -> None:
 
 
 def check(owner: str, name: str, value: object, annotation: Any) -> None:
-    """Raise :class:`ConfigurationError` unless ``value`` satisfies ``annotation``: ``int``,
-    ``float`` (an int is fine), ``bool``, ``str``, a ``Literal``, a class (an instance of
-    it), ``X | None``, each with ``Annotated`` bounds (``Ge``, ``Gt``, ``Le``, ``Lt``) or
-    ``NonBlank``. Generic types (``tuple[str, ...]``) are not checked here."""
+    """Raise [`ConfigurationError`][contextfold.cli.ConfigurationError] unless ``value`` satisfies
+    ``annotation``: ``int``, ``float`` (an int is fine), ``bool``, ``str``, a ``Literal``, a class
+    (an instance of it), ``X | None``, each with ``Annotated`` bounds (``Ge``, ``Gt``, ``Le``,
+    ``Lt``) or ``NonBlank``. Generic types (``tuple[str, ...]``) are not checked here."""
     base, bounds = _split(annotation)
     optional = False
     if typing.get_origin(base) in (Union, types.UnionType):

@@ -17,9 +17,10 @@ The exception chain (``__cause__`` / ``__context__``) is searched too, since wra
 re-raise provider errors. No provider SDK or framework is imported here; the adapters add
 their framework's own overflow classes (``extra_classes``).
 
-:func:`error_kind` sorts any failure for retry decisions: ``"overflow"`` (split or compact,
-never wait), ``"transient"`` (429, 5xx, timeouts, connection errors: back off and retry),
-``"fatal"`` (other 4xx such as a bad request or a refused key: retrying cannot help).
+[`error_kind`][contextfold.integration.error_kind] sorts any failure for retry decisions:
+``"overflow"`` (split or compact, never wait), ``"transient"`` (429, 5xx, timeouts, connection
+errors: back off and retry), ``"fatal"`` (other 4xx such as a bad request or a refused key: retrying
+    cannot help).
 """
 
 from __future__ import annotations

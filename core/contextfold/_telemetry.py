@@ -124,7 +124,7 @@ def _contained(call: Callable[[], Any], what: str) -> Any:
 
 
 class CompactionSpan:
-    """The open span of one compaction pass; :meth:`record` sets its figures."""
+    """The open span of one compaction pass; `record` sets its figures."""
 
     def __init__(self, span: Any, attributes: dict[str, Any]) -> None:
         self.span = span
@@ -181,7 +181,7 @@ def compaction_span(
 
 
 class SummarySpan:
-    """The open span of one summarizer call; :meth:`finish` records its outcome."""
+    """The open span of one summarizer call; `finish` records its outcome."""
 
     def __init__(self, span: Any, attributes: dict[str, Any]) -> None:
         self.span = span

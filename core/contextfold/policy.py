@@ -1,7 +1,8 @@
 """For policy authors: the policy contract and the helpers the built-in policies use.
 
 A policy is a pure function of (messages, context) to an outcome; when it needs a summary
-it yields a :class:`SummaryRequest` and receives a :class:`SummaryReply` (sans-IO), so the
+it yields a [`SummaryRequest`][contextfold.policy.SummaryRequest] and receives a
+[`SummaryReply`][contextfold.policy.SummaryReply] (sans-IO), so the
 same policy runs under ``compact``, ``acompact`` and the ``Compactor``::
 
     from contextfold.policy import CompactionContext, PolicyOutcome, PolicyRun, SummaryRequest

@@ -1,5 +1,5 @@
 """The providers' own compaction, behind the policy contract (see
-:mod:`contextfold._policies.provider_native`).
+`contextfold._policies.provider_native`).
 
 ::
 
@@ -12,10 +12,13 @@
     reply = client.beta.messages.create(model=..., max_tokens=..., system=system,
                                         messages=messages, **request_fields(policy))
 
-The adapters (``with_compaction``, ``CompactionMiddleware``) add :func:`request_fields` to
-every call themselves. OpenAI's ``responses.compact`` is a call of its own, which
-:class:`OpenAIResponsesCompaction` asks the driver to make (:func:`openai_responses_compact`);
-:func:`to_responses` and :func:`from_responses` convert to and from Responses API items.
+The adapters (``with_compaction``, ``CompactionMiddleware``) add
+[`request_fields`][contextfold.providers.request_fields] to every call themselves. OpenAI's
+``responses.compact`` is a call of its own, which
+[`OpenAIResponsesCompaction`][contextfold.providers.OpenAIResponsesCompaction] asks the driver to
+make ([`openai_responses_compact`][contextfold.providers.openai_responses_compact]);
+[`to_responses`][contextfold.providers.to_responses] and
+[`from_responses`][contextfold.providers.from_responses] convert to and from Responses API items.
 """
 
 from ._messages.responses import from_responses, to_responses

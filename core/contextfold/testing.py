@@ -1,20 +1,24 @@
 """Test utilities for contextfold and its users: random agent histories and assertions.
 
-* :func:`histories` is a Hypothesis strategy of agent histories (system prompt, many turns,
-  parallel tool calls, errors, images, huge tool outputs, identifiers in the text), valid by
-  default or with the defects real histories have (``imperfect=True``).
-* :func:`generate_history` builds a valid history of a requested size from a seed, fast and
-  without Hypothesis, for benchmarks.
-* :func:`generate_chat` builds a long multi-session chat (no tool calls) with facts planted
-  early, some corrected, and asked for late (:class:`GeneratedChat`); :func:`chats` is
+* [`histories`][contextfold.testing.histories] is a Hypothesis strategy of agent histories (system
+  prompt, many turns, parallel tool calls, errors, images, huge tool outputs, identifiers in the
+  text), valid by default or with the defects real histories have (``imperfect=True``).
+* [`generate_history`][contextfold.testing.generate_history] builds a valid history of a requested
+  size from a seed, fast and without Hypothesis, for benchmarks.
+* [`generate_chat`][contextfold.testing.generate_chat] builds a long multi-session chat (no tool
+  calls) with facts planted early, some corrected, and asked for late
+  ([`GeneratedChat`][contextfold.testing.GeneratedChat]); [`chats`][contextfold.testing.chats] is
   its Hypothesis strategy.
-* :func:`assert_valid_within` checks the two promises every policy makes: the output passes
-  :func:`contextfold.validate` and fits the budget.
-* :func:`run_policy` drives a policy's generator by hand, answering its summary requests.
-* :class:`ScriptedSummarizer` answers summary requests from a script and records them.
+* [`assert_valid_within`][contextfold.testing.assert_valid_within] checks the two promises every
+  policy makes: the output passes [`contextfold.validate`][contextfold.validate] and fits the
+  budget.
+* [`run_policy`][contextfold.testing.run_policy] drives a policy's generator by hand, answering its
+  summary requests.
+* [`ScriptedSummarizer`][contextfold.testing.ScriptedSummarizer] answers summary requests from a
+  script and records them.
 
 ``import contextfold`` does not import this module; Hypothesis is only needed by
-:func:`histories` (``pip install "contextfold[dev]"``)::
+[`histories`][contextfold.testing.histories] (``pip install "contextfold[dev]"``)::
 
     from hypothesis import given
     from contextfold.testing import histories, assert_valid_within
@@ -344,8 +348,9 @@ def histories(
     ``max_tool_chars`` characters) and usually a final assistant answer, some with reasoning.
     Text carries identifiers: ticket ids, emails, urls, dates, amounts, paths.
 
-    With ``imperfect=False`` every history passes :func:`contextfold.validate`. With
-    ``imperfect=True`` each history has at least one of :data:`DEFECTS`.
+    With ``imperfect=False`` every history passes [`contextfold.validate`][contextfold.validate].
+    With ``imperfect=True`` each history has at least one of
+    [`DEFECTS`][contextfold.testing.DEFECTS].
 
     Raises:
         MissingExtraError: Hypothesis is not installed.
@@ -375,9 +380,9 @@ def histories(
 
 
 def chats(*, min_sessions: int = 3, max_sessions: int = 8) -> SearchStrategy[list[Message]]:
-    """A Hypothesis strategy of long multi-session chats (:func:`generate_chat`): the
-    number of sessions, exchanges per session, facts, corrections and the share of tasks
-    are drawn; the text comes from a drawn seed.
+    """A Hypothesis strategy of long multi-session chats
+    ([`generate_chat`][contextfold.testing.generate_chat]): the number of sessions, exchanges per
+    session, facts, corrections and the share of tasks are drawn; the text comes from a drawn seed.
 
     Raises:
         MissingExtraError: Hypothesis is not installed.
@@ -462,7 +467,7 @@ def assert_valid_within(
 ) -> None:
     """Assert that ``messages`` pass ``validate`` and fit ``budget`` under ``counter``.
 
-    ``budget`` is a :class:`~contextfold.Budget` (its ``input_budget`` is the limit) or a
+    ``budget`` is a [`Budget`][contextfold.Budget] (its ``input_budget`` is the limit) or a
     token count; ``fixed_tokens`` (tool definitions, a fixed prompt) count against it.
 
     Raises:
@@ -484,8 +489,9 @@ def assert_valid_within(
 SummaryAnswer = Union[
     str, SummaryReply, Callable[[SummaryRequest], "str | SummaryReply | None"], None
 ]
-"""What :func:`run_policy` answers a summary request with: a text, ``None`` (the summary
-failed), a whole reply, or a callable that makes one of those from the request."""
+"""What [`run_policy`][contextfold.testing.run_policy] answers a summary request with: a text,
+``None`` (the summary failed), a whole reply, or a callable that makes one of those from the
+request."""
 
 
 def run_policy(

@@ -1,14 +1,15 @@
-"""Converters between LangChain messages and :class:`contextfold.Message`.
+"""Converters between LangChain messages and [`contextfold.Message`][contextfold.Message].
 
-:func:`to_core` turns LangChain messages into core messages, :func:`from_core` turns them
-back, and ``from_core(to_core(msgs)) == msgs`` for everything LangChain carries. What the
-core model has a field for (text, content parts, tool calls, reasoning, tool-call ids,
-names, ``status="error"``) maps to that field, so policies count and change it; everything
-else (``additional_kwargs``, ``response_metadata``, ``usage_metadata``,
-``invalid_tool_calls``, artifacts, block extras, the message class) rides in the core
-message's ``metadata`` under the reserved key :data:`LANGCHAIN_KEY` and is put back on the
-way out. A message a policy changed keeps its extras; a message a policy made (a summary,
-a nudge) becomes the plain LangChain class for its role.
+[`to_core`][langchain_contextfold.to_core] turns LangChain messages into core messages,
+[`from_core`][langchain_contextfold.from_core] turns them back, and ``from_core(to_core(msgs)) ==
+msgs`` for everything LangChain carries. What the core model has a field for (text, content parts,
+tool calls, reasoning, tool-call ids, names, ``status="error"``) maps to that field, so policies
+count and change it; everything else (``additional_kwargs``, ``response_metadata``,
+``usage_metadata``, ``invalid_tool_calls``, artifacts, block extras, the message class) rides in the
+core message's ``metadata`` under the reserved key
+[`LANGCHAIN_KEY`][langchain_contextfold.LANGCHAIN_KEY] and is put back on the way out. A message a
+policy changed keeps its extras; a message a policy made (a summary, a nudge) becomes the plain
+LangChain class for its role.
 
 Prompt sources ride in ``additional_kwargs["contextfold"]``::
 
@@ -88,7 +89,8 @@ def to_core(messages: Sequence[BaseMessage]) -> list[Message]:
 
 
 def message_to_core(message: BaseMessage, *, index: int | None = None) -> Message:
-    """One core message for one LangChain message; see :func:`to_core`."""
+    """One core message for one LangChain message; see
+    [`to_core`][langchain_contextfold.to_core]."""
     role = _ROLE_BY_CLASS.get(type(message)) or _role_of(message, index)
     extras = _common_extras(message, role)
     kwargs = message.additional_kwargs
@@ -340,12 +342,14 @@ def _parse_time(value: Any, index: int | None) -> datetime | None:
 
 
 def from_core(messages: Sequence[Message]) -> list[BaseMessage]:
-    """LangChain messages for core ``messages``; inverts :func:`to_core`."""
+    """LangChain messages for core ``messages``; inverts
+    [`to_core`][langchain_contextfold.to_core]."""
     return [message_from_core(m) for m in messages]
 
 
 def message_from_core(message: Message) -> BaseMessage:
-    """One LangChain message for one core message; see :func:`from_core`."""
+    """One LangChain message for one core message; see
+    [`from_core`][langchain_contextfold.from_core]."""
     extras: Mapping[str, Any] = message.metadata.get(LANGCHAIN_KEY) or {}
     cls_name = extras.get("cls") or _DEFAULT_CLASS[message.role]
     cls = _CLASSES.get(cls_name, _CLASSES[_DEFAULT_CLASS[message.role]])

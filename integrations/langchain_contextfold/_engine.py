@@ -7,7 +7,7 @@ lives no longer than its run and keeps nothing in the store: two users who open 
 never meet in one loop, one Compactor or one stored conversation.
 
 The call itself (compaction, the overflow retry, calibration, idle, persistence) is
-contextfold's :class:`~contextfold.integration.CallLoop`; this module only tells it how to
+contextfold's [`CallLoop`][contextfold.integration.CallLoop]; this module only tells it how to
 convert LangChain messages and how to read a reply.
 """
 

@@ -1,10 +1,11 @@
 """Compaction events for LangChain callbacks and LangGraph streams.
 
 Each compaction that changed the model's input is sent as a custom event named
-:data:`COMPACTION_EVENT` whose data is the report as a JSON-safe dict, so it shows in
-``astream_events`` (``event == "on_custom_event"``) and in LangSmith traces; an idle
-conversation is sent as :data:`IDLE_EVENT`. Inside a LangGraph graph the same
-payload is also written to the ``"custom"`` stream as ``{COMPACTION_EVENT: payload}``.
+[`COMPACTION_EVENT`][langchain_contextfold.COMPACTION_EVENT] whose data is the report as a JSON-safe
+dict, so it shows in ``astream_events`` (``event == "on_custom_event"``) and in LangSmith traces; an
+idle conversation is sent as [`IDLE_EVENT`][langchain_contextfold.IDLE_EVENT]. Inside a LangGraph
+graph the same payload is also written to the ``"custom"`` stream as ``{COMPACTION_EVENT:
+payload}``.
 
 Outside a run with callbacks there is nobody to tell: emitting is then a no-op, never an
 error.
@@ -105,8 +106,9 @@ def emit(
     """Send one event to the callbacks of the current run and to LangGraph's stream.
 
     Args:
-        name: the event name (:data:`COMPACTION_EVENT`, :data:`IDLE_EVENT`).
-        data: the payload (:func:`report_payload`), or a function making it, called only
+        name: the event name ([`COMPACTION_EVENT`][langchain_contextfold.COMPACTION_EVENT],
+            [`IDLE_EVENT`][langchain_contextfold.IDLE_EVENT]).
+        data: the payload (`report_payload`), or a function making it, called only
             when a callback handler or a stream writer is there to receive it.
         config: the run's config; by default the one of the enclosing runnable.
         run_manager: a chat model's run manager, inside ``_generate``: the event is
@@ -129,7 +131,7 @@ async def aemit(
     run_manager: RunManager | None = None,
     writer: Writer | None = None,
 ) -> None:
-    """The async form of :func:`emit`."""
+    """The async form of `emit`."""
     payload = _once(data)
     receiver = _receiver(AsyncCallbackManager, run_manager, config)
     if receiver is not None:

@@ -12,7 +12,7 @@
 
 Every message is kept in the wrapped history (and in the contextfold store when one is
 given); ``messages`` / ``aget_messages`` return what the model should see. Use
-:attr:`CompactingChatMessageHistory.full_messages` for everything.
+[`full_messages`][langchain_contextfold.CompactingChatMessageHistory.full_messages] for everything.
 
 ``BaseChatMessageHistory`` and ``RunnableWithMessageHistory`` are deprecated since
 langchain-core 1.6 (LangGraph persistence replaces them) but still widely used; this
@@ -96,7 +96,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         return loop.view(self.full_messages, tools=self.engine.tool_dicts(self.tools)).messages
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """The async form of :attr:`messages`."""
+        """The async form of
+        [`messages`][langchain_contextfold.CompactingChatMessageHistory.messages]."""
         if self.history is not None:
             full = list(await self.history.aget_messages())
         else:
@@ -113,7 +114,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self.store.append(self.conversation_id, to_core(messages))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """The async form of :meth:`add_messages`."""
+        """The async form of
+        [`add_messages`][langchain_contextfold.CompactingChatMessageHistory.add_messages]."""
         if self.history is not None:
             await self.history.aadd_messages(messages)
         if self.store is not None:

@@ -4,7 +4,7 @@ The ``pre_model_hook`` returns ``{"llm_input_messages": [...]}``: the graph's st
 every message, the model receives the compacted view (never an empty list). The optional
 ``post_model_hook`` feeds the reply's ``usage_metadata`` back for calibration. A hook
 cannot retry the model call, so the overflow retry needs the model wrapped with
-:func:`~langchain_contextfold.with_compaction` (which also ends the loop when the
+[`with_compaction`][langchain_contextfold.with_compaction] (which also ends the loop when the
 conversation goes idle).
 
 The prebuilt agent adds its prompt and sends the tool definitions after the hook ran, so

@@ -79,9 +79,10 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     Args:
         policy: the compaction policy (``cf.ThresholdPolicy()``, ``cf.LoopSlicePolicy()``...).
         budget: the model's token budget.
-        summarizer: makes summaries; default a :class:`ChatModelSummarizer` over the agent's
-            own model: each summary is one more request to it, billed like the agent's
-            own (the span being summarized in, the summary out; a span longer than its
+        summarizer: makes summaries; default a
+            [`ChatModelSummarizer`][langchain_contextfold.ChatModelSummarizer] over the agent's own
+            model: each summary is one more request to it, billed like the agent's own (the span
+                being summarized in, the summary out; a span longer than its
             window takes a request per part and one to merge them), counted in
             ``report.llm_calls`` and the ``contextfold_compaction`` event's ``llm_calls``.
             Pass ``cf.ExtractiveSummarizer()`` for summaries without an LLM, or a
@@ -204,7 +205,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self, request: ModelRequest,
         handler: Callable[[ModelRequest], Awaitable[ModelResponse[Any]]],
     ) -> Any:
-        """The async form of :meth:`wrap_model_call`."""
+        """The async form of
+        [`wrap_model_call`][langchain_contextfold.CompactionMiddleware.wrap_model_call]."""
         loop, messages, tools = self._begin(request)
         writer = getattr(request.runtime, "stream_writer", None)
 

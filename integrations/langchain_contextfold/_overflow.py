@@ -1,11 +1,12 @@
 """Recognising a context-overflow error in LangChain (the threshold design's third layer of
 defence).
 
-The rules live in the core (:func:`contextfold.integration.overflow_of`: OpenAI's
-``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers'
-wording, searched along the exception chain); this module adds langchain-core's
-``ContextOverflowError``, which current partner packages raise (for example
-langchain-openai's ``OpenAIContextOverflowError``).
+The rules live in the core
+([`contextfold.integration.overflow_of`][contextfold.integration.overflow_of]: OpenAI's
+``context_length_exceeded``, Anthropic's ``prompt is too long`` and other providers' wording,
+searched along the exception chain); this module adds langchain-core's ``ContextOverflowError``,
+which current partner packages raise (for example langchain-openai's
+``OpenAIContextOverflowError``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Summaries made by a LangChain chat model, sync and async.
 
-:class:`ChatModelSummarizer` implements contextfold's summarizer protocol
-(``summarize`` / ``asummarize``) over any chat model's ``invoke`` / ``ainvoke``.
+[`ChatModelSummarizer`][langchain_contextfold.ChatModelSummarizer] implements contextfold's
+summarizer protocol (``summarize`` / ``asummarize``) over any chat model's ``invoke`` / ``ainvoke``.
 Retries, splitting of long spans, the content-hash cache, verification and the fallback
 on failure are added around it by contextfold's summary service, so a failure here is
 raised, never returned as text: a failed summary never becomes the summary.
@@ -112,7 +112,8 @@ class ChatModelSummarizer:
         return config  # type: ignore[return-value]
 
     def summarize(self, request: SummaryRequest) -> str:
-        """The summary text; raises :class:`contextfold.SummarizerError` on failure."""
+        """The summary text; raises
+        [`contextfold.SummarizerError`][contextfold.errors.SummarizerError] on failure."""
         try:
             reply = self._model(request).invoke(self.prompt(request), self._config())
         except Exception as exc:
@@ -120,7 +121,7 @@ class ChatModelSummarizer:
         return _text_of(reply)
 
     async def asummarize(self, request: SummaryRequest) -> str:
-        """The async form of :meth:`summarize`."""
+        """The async form of [`summarize`][langchain_contextfold.ChatModelSummarizer.summarize]."""
         try:
             reply = await self._model(request).ainvoke(self.prompt(request), self._config())
         except Exception as exc:

@@ -62,7 +62,8 @@ def search_tools_for(
     in ``allow_conversations``; ``swarm_id`` adds the broadcast search).
 
     Results are JSON text: hits with a snippet and a ``handle`` for ``read_message``.
-    Put :data:`SEARCH_GUIDANCE` in the system prompt so the model knows to use them.
+    Put [`SEARCH_GUIDANCE`][langchain_contextfold.SEARCH_GUIDANCE] in the system prompt so the model
+    knows to use them.
     """
     specs = search_tools(store, conversation_id, swarm_id=swarm_id,
                          allow_conversations=allow_conversations)
@@ -76,7 +77,8 @@ def read_original_tool_for(source: Any, conversation_id: str | None = None) -> S
     ``source`` is the store given to the middleware (``conversation_id`` the run's
     ``thread_id``), or a ``cf.Compactor`` / ``ReferenceCache`` when no store keeps the
     originals. Handles of other conversations are refused. Put
-    :data:`READ_ORIGINAL_GUIDANCE` in the system prompt so the model knows to use it.
+    [`READ_ORIGINAL_GUIDANCE`][langchain_contextfold.READ_ORIGINAL_GUIDANCE] in the system prompt so
+    the model knows to use it.
     """
     return tool_from_spec(read_original_tool(source, conversation_id))
 

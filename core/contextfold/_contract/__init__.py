@@ -1,2 +1,2 @@
 """The contract every layer above passes around: what a policy is given and returns
-(:mod:`.policy`) and what a compaction reports (:mod:`.report`)."""
+(`contextfold._contract.policy`) and what a compaction reports (`contextfold._contract.report`)."""

@@ -1,8 +1,9 @@
 """The policy contract: pure, sans-IO compaction steps.
 
 A policy is a pure function of (messages, context) to an outcome. When it needs a
-summary it does not call an LLM: it *yields* a :class:`SummaryRequest` and receives a
-:class:`SummaryReply`. Thin drivers (``compact`` and ``acompact``, the ``Compactor``)
+summary it does not call an LLM: it *yields* a [`SummaryRequest`][contextfold.policy.SummaryRequest]
+and receives a [`SummaryReply`][contextfold.policy.SummaryReply]. Thin drivers (``compact`` and
+``acompact``, the ``Compactor``)
 run the requests with a sync or async summarizer, so every policy is written once::
 
     def run(self, messages, context):
@@ -10,7 +11,7 @@ run the requests with a sync or async summarizer, so every policy is written onc
         return PolicyOutcome(messages=[summary_message(reply.text), *recent], method="summary")
 
 A policy that never needs a summary subclasses
-:class:`~contextfold.policy.SimplePolicy` and implements ``apply``. Policies never mutate
+[`SimplePolicy`][contextfold.policy.SimplePolicy] and implements ``apply``. Policies never mutate
 their input and return the input object itself when nothing changed.
 """
 
@@ -112,7 +113,7 @@ class SummaryRequest:
 
 @dataclass(frozen=True, slots=True)
 class SummaryReply:
-    """What the driver sends back for a :class:`SummaryRequest`.
+    """What the driver sends back for a [`SummaryRequest`][contextfold.policy.SummaryRequest].
 
     ``text`` is ``None`` only when summarizing failed and no fallback was configured; the
     policy then uses its failure notice. A failed summarizer's error text never
@@ -200,7 +201,7 @@ T = TypeVar("T")
 
 
 class _Later:
-    """A figure computed on first read (see :func:`on_read`)."""
+    """A figure computed on first read (see `on_read`)."""
 
     __slots__ = ("compute",)
 
@@ -210,15 +211,16 @@ class _Later:
 
 def on_read(compute: Callable[[], T]) -> T:
     """A figure computed by ``compute`` when first read (then kept): for the fields of
-    :class:`~contextfold.CompactionReport` that say so (``tokens_before``, ``tokens_after``,
-    ``targets``, ``details``), and for values of :attr:`PolicyOutcome.details`, which the
-    report (and ``run_policy``) compute when its details are first read. A policy that
-    decided without counting its whole input reports what it did not count this way."""
+    [`CompactionReport`][contextfold.CompactionReport] that say so (``tokens_before``,
+    ``tokens_after``, ``targets``, ``details``), and for values of
+    [`PolicyOutcome.details`][contextfold.policy.PolicyOutcome.details], which the report (and
+    ``run_policy``) compute when its details are first read. A policy that decided without counting
+    its whole input reports what it did not count this way."""
     return cast(T, _Later(compute))
 
 
 def resolved(value: Any, *, compute: bool = True) -> Any:
-    """``value`` with every :func:`on_read` figure in it computed: the value itself, or in
+    """``value`` with every `on_read` figure in it computed: the value itself, or in
     the values of dicts and the items of lists and tuples (copies are made only where one
     was found). With ``compute=False``, ``value`` itself when it holds none, else an
     object that is not it (nothing is computed)."""
@@ -315,7 +317,7 @@ class CompactionContext:
     def exceeds(self, messages: Sequence[Message], limit: int) -> bool:
         """``input_tokens(messages) > limit``, tokenizing only what the decision needs:
         messages nothing counted yet are bounded (see
-        :func:`~contextfold._counting.bounds.count_within`) and counted, newest first,
+        `count_within`) and counted, newest first,
         only while the bound says nothing."""
         if self.known_tokens is not None and self.known_tokens > limit:
             return True
@@ -337,7 +339,7 @@ class PolicyOutcome:
     """Human-readable remarks (``"summary failed; used notice"``)."""
     details: dict[str, Any] = field(default_factory=dict)
     """Policy-specific figures for the report (tier budgets, residual counts...). A figure
-    the policy did not need may be given as :func:`on_read` (counted when the report's
+    the policy did not need may be given as `on_read` (counted when the report's
     details are first read)."""
 
 

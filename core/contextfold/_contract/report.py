@@ -2,7 +2,7 @@
 
 A report's token figures are exact, and computed when first read when the call itself
 did not need them: a call on a long history nothing has counted yet (a resumed thread)
-decides from cheap upper bounds (:func:`~contextfold._counting.bounds.count_within`)
+decides from cheap upper bounds (`count_within`)
 and tokenizes only what it sends or must weigh; the exact count of ``tokens_before``,
 ``tokens_after``, the ``targets``' original sizes and the ``details`` built from them is
 left to whoever reads them (the overflow retry does; an agent step that only sends does
@@ -22,9 +22,9 @@ __all__ = ["CompactionReport", "CompactionResult", "on_read"]
 
 
 class _ReadOnce:
-    """A data descriptor holding a field's value in the instance dict; a :class:`_Later`
+    """A data descriptor holding a field's value in the instance dict; a `_Later`
     value is computed on the first read and replaced by its result. Details holding
-    :func:`on_read` figures (a policy's) are computed whole on their first read."""
+    `on_read` figures (a policy's) are computed whole on their first read."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -1,11 +1,11 @@
 """Bounds: a message nothing has counted yet need not be tokenized to know it fits.
 
-:func:`token_bound` is a cheap upper bound of a message's count (its cached count when it
+`token_bound` is a cheap upper bound of a message's count (its cached count when it
 has one): for tiktoken's byte-level BPE encodings every token covers at least one byte of
 UTF-8, so a text's count is at most its byte length (scaled like the count for an
-:class:`~contextfold._counting.counters.ApproximateCounter`); an
-:class:`~contextfold.EstimatingCounter` is cheap, so its bound is its count, and so is that
-of any other counter (no bound is known for it). :func:`count_within` uses them to decide
+`ApproximateCounter`); an
+[`EstimatingCounter`][contextfold.EstimatingCounter] is cheap, so its bound is its count, and so is
+that of any other counter (no bound is known for it). `count_within` uses them to decide
 whether a history fits a limit while tokenizing only as much of it, newest first, as the
 decision needs.
 """
@@ -126,7 +126,7 @@ def _cached_count(counter: TokenCounter, message: Message) -> int | None:
 
 
 def token_bounds(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
-    """:func:`token_bound` of each message (from the figures :func:`count_within` last
+    """`token_bound` of each message (from the figures `count_within` last
     made for the same messages, when it did)."""
     bound = _bound_function(counter)
     if bound is None:
@@ -200,8 +200,9 @@ def head_over(counter: TokenCounter, text: str, limit: int) -> bool:
 
     For a counter whose count of a text cut where no token spans the cut is the sum of the
     pieces' (tiktoken's byte-level encodings, their approximations) the prefix up to the
-    last such cut is counted; an :class:`EstimatingCounter` counts ``text`` itself (its
-    count never shrinks as a text grows). Other counters are never decided this way."""
+    last such cut is counted; an [`EstimatingCounter`][contextfold.EstimatingCounter] counts
+    ``text`` itself (its count never shrinks as a text grows). Other counters are never decided this
+    way."""
     if isinstance(counter, EstimatingCounter):
         return counter.count_text(text) > limit
     if not isinstance(counter, TiktokenCounter) or counter._text_bound() is None:

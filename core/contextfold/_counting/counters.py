@@ -9,7 +9,7 @@ running sums of the last sequences it counted: recounting an unchanged long hist
 one that only grew at the end, is an identity check of the known prefix plus the count
 of the new messages.
 
-Bounds that decide without tokenizing are :mod:`.bounds`.
+Bounds that decide without tokenizing are `contextfold._counting.bounds`.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class _BaseCounter:
         never asked twice)."""
 
     def _text_bound(self) -> Callable[[str], int] | None:
-        """A cheap upper bound of :meth:`count_text`, or ``None`` when none is known (the
+        """A cheap upper bound of `count_text`, or ``None`` when none is known (the
         counter is then asked for the count itself)."""
         return None
 
@@ -226,7 +226,7 @@ class _BaseCounter:
 
     def running_totals(self, messages: Sequence[Message]) -> list[int]:
         """``len(messages) + 1`` running sums: element ``i`` is the tokens of ``messages[:i]``
-        without the reply priming. Shares the prefix memo with :meth:`count_messages`, so
+        without the reply priming. Shares the prefix memo with `count_messages`, so
         right after counting a history this costs a copy of its sums."""
         seq = messages if isinstance(messages, (list, tuple)) else list(messages)
         if not seq:
@@ -507,7 +507,7 @@ class EstimatingCounter(_BaseCounter):
 
 class ApproximateCounter(TiktokenCounter):
     """A model family without a local tokenizer, counted as a tiktoken encoding times a
-    stated factor (see :data:`APPROXIMATIONS`). The name says so (it is in every report),
+    stated factor (see `APPROXIMATIONS`). The name says so (it is in every report),
     and the Compactor corrects the decision from the usage the provider reports."""
 
     def __init__(
@@ -525,7 +525,7 @@ class ApproximateCounter(TiktokenCounter):
 
     def count_tools(self, tools: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of tool definitions, plus the tool-use system prompt the provider adds
-        whenever a request has tools (``tool_prompt``, see :data:`TOOL_USE_PROMPTS`)."""
+        whenever a request has tools (``tool_prompt``, see `TOOL_USE_PROMPTS`)."""
         if not tools:
             return 0
         return super().count_tools(tools) + self.tool_prompt
@@ -633,11 +633,12 @@ _warned: set[str] = set()
 
 def counter_for_model(model: str | None = None, *, chars_per_token: float = 1.5) -> TokenCounter:
     """The best counter for ``model``: tiktoken with the model's encoding when it loads,
-    else an :class:`EstimatingCounter` (with one warning per encoding per process).
+    else an [`EstimatingCounter`][contextfold.EstimatingCounter] (with one warning per encoding per
+    process).
 
-    Other families (see :data:`FAMILY_PREFIXES`) count with their own tokenizer when a
+    Other families (see `FAMILY_PREFIXES`) count with their own tokenizer when a
     package ships it (Llama from ``llama-models``, Mistral's Tekken from ``mistral-common``:
-    the ``tokenizers`` extra), else with their :class:`ApproximateCounter`; a model of no
+    the ``tokenizers`` extra), else with their `ApproximateCounter`; a model of no
     known family gets the conservative estimator without a warning.
     """
     encoding = encoding_for_model(model) if model else "o200k_base"

@@ -8,14 +8,15 @@ no longer needs, asks for a compaction itself, naming what must survive::
 
 The request rides in the conversation itself: the tool's call (its ``focus`` argument) and
 its result, which the agent's framework appends to that conversation like any tool round.
-A :class:`~contextfold.Compactor` that finds them closing the messages it is given
-(:func:`asked_compaction`) compacts that call whatever the trigger says, and that pass's
+A [`Compactor`][contextfold.Compactor] that finds them closing the messages it is given
+(`asked_compaction`) compacts that call whatever the trigger says, and that pass's
 summaries are asked to keep the focus word for word; it serves each call of the tool once.
 So the request reaches the conversation of the agent that called the tool and no other, with
 or without a thread id, in any process that resumes it, and no state outside the
 conversation holds it. The adapters wrap the tool for their frameworks
 (``compact_context_tool_for``); an application can also ask a compactor directly
-(:meth:`~contextfold.Compactor.request_compaction`, or ``compact_context_tool(request)``).
+([`request_compaction`][contextfold.Compactor.request_compaction], or
+``compact_context_tool(request)``).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ _FOCUS_CHARS = 2_000
 def compact_context_tool(request: Callable[[str], object] | None = None) -> SearchToolSpec:
     """The ``compact_context`` tool. Its call and answer, in the conversation, are the
     request (see the module docstring); ``request(focus)`` is called as well when given
-    (a :meth:`Compactor.request_compaction` of a loop that does not pass tool rounds to
-    its compactor)."""
+    (a [`Compactor.request_compaction`][contextfold.Compactor.request_compaction] of a loop that
+    does not pass tool rounds to its compactor)."""
 
     def run(focus: Any = "") -> dict[str, Any]:
         if not isinstance(focus, str):

@@ -11,10 +11,10 @@ starts over from scratch: under the trigger it goes out as it is (repaired in fl
 when invalid) without running the policy, as an extension would, unless the policy
 declares ``always_run``; the one-shot ``compact()`` always runs the policy.
 The decision tokenizes only what it needs: messages nothing has counted yet are
-bounded from their UTF-8 length (:func:`~contextfold._counting.bounds.count_within`)
+bounded from their UTF-8 length (`count_within`)
 and counted exactly, newest first, only while the bound is over the trigger. A call
 that sends what it did not count leaves the exact figures of its report to be counted
-when first read (see :mod:`contextfold._contract.report`).
+when first read (see `contextfold._contract.report`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ Tools = Sequence[Mapping[str, Any]]
 
 
 class CallDecision:
-    """The decision half of :class:`~contextfold.Compactor`: the plan of a call and the
+    """The decision half of [`Compactor`][contextfold.Compactor]: the plan of a call and the
     paths that answer it without running the policy. The compactor sets every attribute."""
 
     policy: Policy

@@ -35,7 +35,7 @@ def drive(run: PolicyRun, answer: Callable[[SummaryRequest], SummaryReply]) -> P
 async def adrive(
     run: PolicyRun, answer: Callable[[SummaryRequest], Awaitable[SummaryReply]]
 ) -> PolicyOutcome:
-    """Like :func:`drive` with an async ``answer``."""
+    """Like `drive` with an async ``answer``."""
     try:
         request = next(run)
         while True:
@@ -63,7 +63,7 @@ def focused(answer: Callable[[SummaryRequest], SummaryReply], focus: str | None
 
 def afocused(answer: Callable[[SummaryRequest], Awaitable[SummaryReply]], focus: str | None
               ) -> Callable[[SummaryRequest], Awaitable[SummaryReply]]:
-    """:func:`focused` for an async ``answer``."""
+    """`focused` for an async ``answer``."""
     if not focus:
         return answer
     return lambda request: answer(
@@ -86,7 +86,7 @@ def prepared_outcome(prepared: Prepared) -> PolicyOutcome | None:
 
 
 async def aprepared_outcome(prepared: Prepared) -> PolicyOutcome | None:
-    """:func:`prepared_outcome`, awaited."""
+    """`prepared_outcome`, awaited."""
     started = time.perf_counter()
     try:
         outcome = await asyncio.wrap_future(prepared.future)

@@ -1,6 +1,6 @@
 """Compaction events (the threshold design's ``compaction.started`` and ``compaction.applied``).
 
-A :class:`~contextfold.Compactor` delivers them to its listeners: plain sync callables
+A [`Compactor`][contextfold.Compactor] delivers them to its listeners: plain sync callables
 taking one event. A listener that raises is logged and skipped; it never breaks a
 compaction::
 
@@ -46,7 +46,7 @@ class CompactionApplied:
 
     ``tokens_saved`` and ``targets_count`` are read from the report when the Compactor
     left its figures to be counted when first read (see
-    :class:`~contextfold.CompactionReport`): a listener that never reads them costs
+    [`CompactionReport`][contextfold.CompactionReport]): a listener that never reads them costs
     nothing."""
 
     conversation_id: str | None

@@ -4,7 +4,7 @@ When the next input extends the previous one, the previous output is the prefix 
 next: only the new messages need counting and checking, and the prefix stays byte-stable.
 
 The prefix's token figure is exact, or an upper bound when the call that made it sent a
-history it had no need to count (:func:`~contextfold._counting.bounds.count_within`);
+history it had no need to count (`count_within`);
 a bound is tightened, by counting newest first, only when it crosses the trigger.
 """
 
@@ -70,7 +70,7 @@ class Plan:
 
 class Prefix:
     """The previous call's input (a snapshot) and output, for incremental calls. After
-    :meth:`extension`, ``grown`` is the length of the previous input when the new one
+    `extension`, ``grown`` is the length of the previous input when the new one
     extends it (``None`` otherwise, or when it extends the previous output instead)."""
 
     def __init__(self) -> None:
@@ -129,7 +129,7 @@ class Prefix:
     def append(
         self, new: Sequence[Message], tokens: int, exact: bool
     ) -> tuple[Message, ...]:
-        """Extend the output with ``new`` (checked with :meth:`appendable`), whose tokens
+        """Extend the output with ``new`` (checked with `appendable`), whose tokens
         with the prefix's are now ``tokens`` (exact or a bound); return it."""
         self.out = self.out + tuple(new)
         self.out_tokens, self.out_exact = tokens, exact

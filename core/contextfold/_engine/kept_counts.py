@@ -2,14 +2,14 @@
 
 The call loop stores every message a conversation sees before compacting it, and the
 compaction counts them afterwards (only those it needs: cheap bounds decide the rest).
-:class:`CountKeeper` closes the gap on both sides:
+[`CountKeeper`][contextfold.integration.CountKeeper] closes the gap on both sides:
 
 - resuming (a new process, a framework checkpoint converted again into new message
-  objects with the same stable ids), :meth:`~CountKeeper.resume` caches on those messages
-  the counts the store kept for their ids and content, so the first compaction tokenizes
-  only what was never counted;
-- after each compaction, :meth:`~CountKeeper.flush` hands the store the counts its counter
-  made of stored messages since the last flush (one ``put_counts`` call).
+  objects with the same stable ids), [`resume`][contextfold.integration.CountKeeper.resume] caches
+  on those messages the counts the store kept for their ids and content, so the first compaction
+  tokenizes only what was never counted;
+- after each compaction, [`flush`][contextfold.integration.CountKeeper.flush] hands the store the
+  counts its counter made of stored messages since the last flush (one ``put_counts`` call).
 
 Counts are a cache beside the history: keeping them never changes a stored message. A store
 that keeps no counts (a third party's ``HistoryStore`` without ``put_counts``) is read with
@@ -70,7 +70,8 @@ class CountKeeper:
 
     def flush(self, *, full: bool = True) -> int:
         """Hand the store the counts made of the tracked messages since the last flush
-        (:meth:`take`, then :meth:`keep`); how many messages had one."""
+        ([`take`][contextfold.integration.CountKeeper.take], then
+        [`keep`][contextfold.integration.CountKeeper.keep]); how many messages had one."""
         counted = self.take(full=full)
         self.keep(counted)
         return len(counted)
@@ -100,8 +101,8 @@ class CountKeeper:
         return counted
 
     def keep(self, counted: list[Message]) -> None:
-        """Keep the counts of ``counted`` (from :meth:`take`) in the store, in one call;
-        tracked again if the store fails."""
+        """Keep the counts of ``counted`` (from [`take`][contextfold.integration.CountKeeper.take])
+        in the store, in one call; tracked again if the store fails."""
         if counted and self._keeper is not None:
             try:
                 self._keeper.put_counts(self.conversation_id, counted)

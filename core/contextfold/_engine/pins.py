@@ -1,7 +1,7 @@
 """Pinned messages: content every policy keeps verbatim.
 
-A message is pinned by ``metadata["pinned"]`` (:meth:`contextfold.Message.pin`, or the
-adapters' ``pin()``). Policies differ in what they keep (a summary of the head, the latest
+A message is pinned by ``metadata["pinned"]`` ([`contextfold.Message.pin`][contextfold.Message.pin],
+or the adapters' ``pin()``). Policies differ in what they keep (a summary of the head, the latest
 loop, the newest turns), so the guarantee is kept here, around any policy, the same way
 for all of them:
 
@@ -83,7 +83,7 @@ def _kept_pinned(
     run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
     messages: Sequence[Message], context: CompactionContext,
 ) -> PolicyRun:
-    """:func:`keep_pinned` on ``messages`` that hold a pinned message, each with an id of
+    """`keep_pinned` on ``messages`` that hold a pinned message, each with an id of
     its own."""
     n_sys = leading_system_count(messages)
     groups = [g for g in split_groups(messages, n_sys) if any(m.is_pinned for m in g.messages)]

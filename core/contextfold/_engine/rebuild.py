@@ -15,7 +15,7 @@ is remembered here and a call reads only what was appended, while a *chain* hold
 Then every view since the chain began is a prefix of this one, message for message, and
 what was derived from a prefix of any of them holds now: the validation scan, whether a
 message is pinned, where each message stands, the handles of left-out blocks, and the
-policy's own facts (its :class:`~contextfold.policy.Lineage` slots). Only content-derived
+policy's own facts (its [`Lineage`][contextfold.policy.Lineage] slots). Only content-derived
 facts and positions are kept, never message objects to send: an equal message is not the
 same object, and what a call emits or reports as left out is decided on this call's own
 objects. Any other call (an edited or rewound history, a repaired view, a failure) starts

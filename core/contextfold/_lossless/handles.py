@@ -1,11 +1,11 @@
 """Handles for everything a compaction left out, whichever policy left it out.
 
-:func:`with_handles` completes a policy's targets: a message of the policy's input that is
+`with_handles` completes a policy's targets: a message of the policy's input that is
 not in its output becomes a ``"dropped"`` target when the policy did not report it, and a
-run of such messages shares one handle per block of :data:`HANDLE_BLOCK` positions (the
+run of such messages shares one handle per block of `HANDLE_BLOCK` positions (the
 block's original is its transcript). Blocks end at fixed positions, so a history left out
 more at every call (what a loop slice leaves out of an agent loop) keeps the handles of its
-full blocks; :class:`HandleMemo` hands them back, with their targets, instead of hashing
+full blocks; `HandleMemo` hands them back, with their targets, instead of hashing
 and reporting the same messages again.
 """
 
@@ -55,7 +55,7 @@ class _Run:
 
 
 class HandleMemo:
-    """What :func:`with_handles` made at the previous call of one conversation: the blocks
+    """What `with_handles` made at the previous call of one conversation: the blocks
     with their handles and ``"dropped"`` targets, and each run's targets joined. A policy
     that rebuilds its view at every call (a loop slice) leaves out the same messages
     again, and they get the same objects back instead of being hashed and reported anew;

@@ -1,6 +1,6 @@
 """What marks a message as the compaction ledger: its payload, and the one test of it.
 
-The ledger (:mod:`~contextfold._lossless.ledger`) writes its entries into the message's
+The ledger (`ledger`) writes its entries into the message's
 metadata as well as its text, so the next compaction merges them instead of reading the
 text back. The payload travels with the message through checkpoints and stores, so it may
 come back edited by hand or tampered with: only a payload of the shape the ledger writes

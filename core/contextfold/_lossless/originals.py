@@ -1,23 +1,23 @@
 """Originals kept behind handles, and read back by the agent.
 
-The *driver* keeps the originals after each pass (:func:`persist_originals`): in the
+The *driver* keeps the originals after each pass (`persist_originals`): in the
 store when it has ``put_original`` (``MemoryStore``, ``SQLiteStore``, ``PostgresStore``;
 kept until the conversation is cleared), else in a bounded in-memory
-:class:`~contextfold.stores.ReferenceCache` (the tiered design's LRU), one per ``Compactor``
-and one module-level cache for plain ``compact()`` calls. Targets that share a handle (the
-members of one summary) are stored together as one transcript.
+[`ReferenceCache`][contextfold.stores.ReferenceCache] (the tiered design's LRU), one per
+``Compactor`` and one module-level cache for plain ``compact()`` calls. Targets that share a handle
+(the members of one summary) are stored together as one transcript.
 
 Expiry without a store: the label then says so ("kept in memory for the last N
 originals"), since the capacity is known when the label is written; when an original has
-been evicted, :func:`read_original` answers that it expired and can no longer be read back
-(the cache remembers the handles it evicted), never silently "not found".
+been evicted, [`read_original`][contextfold.stores.read_original] answers that it expired and can no
+longer be read back (the cache remembers the handles it evicted), never silently "not found".
 
-The agent reads originals back with the ``read_original`` tool (:func:`read_original_tool`,
-wrapped by both adapters): the whole text, a window (``offset``/``limit`` characters) or
-the lines matching a regular expression. Reads are scoped to one conversation: a handle
-from another conversation reads exactly as an unknown handle, even from a cache several
-conversations share (handles are content hashes: any other answer would confirm a guess
-about another conversation's content).
+The agent reads originals back with the ``read_original`` tool
+([`read_original_tool`][contextfold.stores.read_original_tool], wrapped by both adapters): the whole
+text, a window (``offset``/``limit`` characters) or the lines matching a regular expression. Reads
+are scoped to one conversation: a handle from another conversation reads exactly as an unknown
+handle, even from a cache several conversations share (handles are content hashes: any other answer
+would confirm a guess about another conversation's content).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ __all__ = [
 @runtime_checkable
 class ReadBackLog(Protocol):
     """What records the originals the agent reads back (importance that learns:
-    :class:`~contextfold.policy.LearnedImportance`)."""
+    [`LearnedImportance`][contextfold.policy.LearnedImportance])."""
 
     def note_handle(self, handle: str, tool_name: str | None) -> None:
         """Remember which tool the original behind ``handle`` came from."""
@@ -65,7 +65,7 @@ class ReadBackLog(Protocol):
 @runtime_checkable
 class OriginalsHolder(Protocol):
     """What reading originals back needs of a compactor: where it keeps them, for which
-    conversation, and what records the reads (:class:`~contextfold.Compactor`)."""
+    conversation, and what records the reads ([`Compactor`][contextfold.Compactor])."""
 
     @property
     def store(self) -> HistoryStore | None:
@@ -114,9 +114,9 @@ def persist_originals(
 
     ``view`` is the policy's input (targets index it). Targets sharing a handle are kept as
     one transcript. Originals go to ``store`` when it keeps them for ``conversation_id``,
-    else to ``cache`` (default: :func:`default_references`). ``kept`` names handles this
-    caller already kept (a handle is a content hash, so its original is the same) and
-    receives the new ones. Returns figures for the report.
+    else to ``cache`` (default: [`default_references`][contextfold.stores.default_references]).
+    ``kept`` names handles this caller already kept (a handle is a content hash, so its original is
+    the same) and receives the new ones. Returns figures for the report.
 
     ``blocks`` are left-out runs that ``with_handles`` gave one handle per block (their
     ``"dropped"`` targets, not repeated in ``targets``), read block by block. An original
@@ -188,8 +188,9 @@ def read_original(
     """Read the original behind ``handle`` in ``conversation_id``, as a tool result.
 
     Args:
-        source: a store with ``get_original``, a :class:`ReferenceCache`, or a ``Compactor``
-            (its store when that keeps originals, else its cache).
+        source: a store with ``get_original``, a
+            [`ReferenceCache`][contextfold.stores.ReferenceCache], or a ``Compactor`` (its store
+            when that keeps originals, else its cache).
         conversation_id: the conversation whose handles may be read.
         handle: a ``ctx_<12 hex>`` handle from the context.
         offset: the first character of the window.
@@ -256,10 +257,10 @@ far come back with a note, instead of freezing the threads and the event loop.""
 
 
 def _lines(text: str, pattern: str, limit: int) -> dict[str, Any]:
-    """The lines matching ``pattern``; a line longer than :data:`_LONG_LINE` characters
+    """The lines matching ``pattern``; a line longer than `_LONG_LINE` characters
     comes back as an excerpt around each match instead (``column`` says where).
 
-    Matching runs with the GIL released and a deadline of :data:`PATTERN_SECONDS` over the
+    Matching runs with the GIL released and a deadline of `PATTERN_SECONDS` over the
     whole search (the ``regex`` engine's timeout)."""
     compiled = regex.compile(pattern)
     deadline = time.monotonic() + PATTERN_SECONDS
@@ -314,9 +315,10 @@ def read_original_tool(
 ) -> SearchToolSpec:
     """The framework-neutral ``read_original`` tool for one conversation.
 
-    ``source`` is a store, a :class:`ReferenceCache` or a ``Compactor`` (then
-    ``conversation_id`` and ``learning`` default to the compactor's). The adapters wrap it
-    as their own tool type; put :data:`READ_ORIGINAL_GUIDANCE` in the system prompt.
+    ``source`` is a store, a [`ReferenceCache`][contextfold.stores.ReferenceCache] or a
+    ``Compactor`` (then ``conversation_id`` and ``learning`` default to the compactor's). The
+    adapters wrap it as their own tool type; put
+    [`READ_ORIGINAL_GUIDANCE`][langchain_contextfold.READ_ORIGINAL_GUIDANCE] in the system prompt.
     """
     if isinstance(source, OriginalsHolder):
         if conversation_id is None:

@@ -4,9 +4,9 @@ Whatever a policy truncates, clears, drops or summarizes gets a stable handle, t
 design's ``ctx_<hash>`` form: ``ctx_`` and the first 12 hex digits of a SHA-256 over the
 originals' fingerprints (content only, so the same original gets the same handle in every
 run). The policy writes the handle into the truncation label, the placeholder or the summary
-and sets :attr:`Target.handle <contextfold.Target.handle>`; policies stay pure. What the
+and sets [`Target.handle`][contextfold.policy.Target.handle]; policies stay pure. What the
 driver then does with the originals, and how the agent reads them back, is
-:mod:`~contextfold._lossless.originals`.
+`originals`.
 """
 
 from __future__ import annotations

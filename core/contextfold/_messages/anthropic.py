@@ -3,8 +3,8 @@
 ``from_anthropic(messages, system=None)`` reads ``user`` / ``assistant`` messages whose
 content is text or a list of blocks: ``text``, ``image`` (base64 or url source),
 ``tool_use``, ``tool_result``, ``thinking`` and ``redacted_thinking``; any other block is
-kept verbatim as an :class:`~contextfold.OpaquePart`. ``to_anthropic(messages)`` returns
-``(system, messages)`` ready for ``client.messages.create(system=..., messages=...)``.
+kept verbatim as an [`OpaquePart`][contextfold.policy.OpaquePart]. ``to_anthropic(messages)``
+returns ``(system, messages)`` ready for ``client.messages.create(system=..., messages=...)``.
 
 The two models differ in one way: Anthropic sends tool results inside a user message,
 contextfold keeps one ``tool`` message per result. So a user message's ``tool_result``
@@ -16,8 +16,8 @@ role, as Anthropic requires.
 Round trips are lossless for what Anthropic carries: ``to_anthropic(from_anthropic(x,
 s)) == (s, x)`` when roles alternate and ``tool_result`` blocks come first in their user
 message (the API requires both). Wire details with no place in
-:class:`~contextfold.Message` live under the reserved metadata key ``"anthropic"``
-(:data:`ANTHROPIC_KEY`): thinking blocks with their signatures, the block order of an
+[`Message`][contextfold.Message] live under the reserved metadata key ``"anthropic"``
+(`ANTHROPIC_KEY`): thinking blocks with their signatures, the block order of an
 assistant message when it is not thinking-text-tool_use, unknown keys of messages and
 blocks (``cache_control``...). Reasoning without an Anthropic signature (from another
 provider) is not sent: the API only accepts thinking blocks it signed.
@@ -273,8 +273,8 @@ def to_anthropic(
     a user message; consecutive messages of one role are merged.
 
     Raises:
-        ConversionError: a system message after the start (run :func:`repair` first), a
-            non-assistant message with tool calls, or call arguments that are not a JSON
+        ConversionError: a system message after the start (run [`repair`][contextfold.repair]
+            first), a non-assistant message with tool calls, or call arguments that are not a JSON
             object.
     """
     lead = 0

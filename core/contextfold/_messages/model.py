@@ -156,7 +156,7 @@ class Message:
 
     Equality compares content, not the ``id``: the same message converted twice is equal.
     A message that a provider could not take (an unknown role, a tool call on a user
-    message, a field of the wrong type) raises :class:`~contextfold.ConversionError` when
+    message, a field of the wrong type) raises [`ConversionError`][contextfold.ConversionError] when
     it is built, naming the field.
     """
 
@@ -265,7 +265,7 @@ class Message:
 
         A pinned tool result keeps its call and the call's other results with it; when the
         pinned messages cannot fit beside what a policy must keep, compaction raises
-        :class:`~contextfold.errors.BudgetExceededError` instead of dropping them.
+        [`BudgetExceededError`][contextfold.BudgetExceededError] instead of dropping them.
         """
         if self.is_pinned:
             return self
@@ -308,7 +308,8 @@ class Message:
         return value
 
     def has_derived(self, key: str) -> bool:
-        """True when :meth:`derived` has computed ``key`` for this message."""
+        """True when [`derived`][contextfold.Message.derived] has computed ``key`` for this
+        message."""
         memo: dict[str, Any] | None = self.__dict__.get("_derived")
         return memo is not None and key in memo
 
@@ -422,8 +423,9 @@ def _fingerprint(message: Message) -> str:
 
 @contextmanager
 def at_index(index: int | None) -> Iterator[None]:
-    """Name the position of the message being built in a :class:`ConversionError` raised
-    without one (a converter building message ``index`` of a list)."""
+    """Name the position of the message being built in a
+    [`ConversionError`][contextfold.ConversionError] raised without one (a converter building
+    message ``index`` of a list)."""
     try:
         yield
     except ConversionError as exc:
@@ -462,7 +464,7 @@ def _check(m: Message) -> None:
 
 
 def _check_fields(m: Message) -> None:
-    """The checks of :func:`_check`, one field at a time, raising for the first that fails."""
+    """The checks of `_check`, one field at a time, raising for the first that fails."""
     if m.role not in _ROLES:
         raise ConversionError(f"unknown role {m.role!r}; expected one of {sorted(_ROLES)}",
                               field="role")

@@ -3,8 +3,8 @@
 ``from_openai`` reads the chat-completions shape: roles ``system``, ``developer``,
 ``user``, ``assistant``, ``tool`` and the legacy ``function``; content as text, ``null``
 or a list of parts (``text``, ``image_url``; any other part is kept verbatim as an
-:class:`~contextfold.OpaquePart`); ``tool_calls``; the legacy ``function_call``; ``name``;
-``reasoning_content``; ``tool_call_id``. ``to_openai`` writes it back.
+[`OpaquePart`][contextfold.policy.OpaquePart]); ``tool_calls``; the legacy ``function_call``;
+``name``; ``reasoning_content``; ``tool_call_id``. ``to_openai`` writes it back.
 
 Round trips are lossless: ``to_openai(from_openai(x)) == x`` for every canonical ``x``.
 What is normalised (so the equality holds after it):
@@ -14,14 +14,14 @@ What is normalised (so the equality holds after it):
   given (``null``, ``""`` or absent);
 * ``tool_calls: []`` is dropped; a tool call without ``"type"`` gets ``"type": "function"``.
 
-Wire details with no place in :class:`~contextfold.Message` are kept under the reserved
-metadata key ``"openai"`` (:data:`OPENAI_KEY`): unknown message keys such as ``refusal``
+Wire details with no place in [`Message`][contextfold.Message] are kept under the reserved
+metadata key ``"openai"`` (`OPENAI_KEY`): unknown message keys such as ``refusal``
 or ``audio`` (``extra``), unknown keys of a tool call (``call_extra``), how an empty
 content was written (``content``) and the legacy function-calling form (``legacy``).
 ``to_openai`` emits only the standard keys plus what came in this way, never contextfold's
 own fields (``id``, ``source``, other metadata).
 
-A legacy ``function_call`` becomes a :class:`~contextfold.ToolCall` with the
+A legacy ``function_call`` becomes a [`ToolCall`][contextfold.ToolCall] with the
 deterministic id ``function_call_<index>``; the ``function`` message after it answers it.
 """
 
@@ -298,7 +298,8 @@ def to_openai(messages: Sequence[Message], *, reasoning: bool = True) -> list[di
     Images are written as ``image_url`` parts (size and media type are not part of the
     format), opaque parts verbatim, ``reasoning`` as ``reasoning_content`` unless
     ``reasoning=False`` (some endpoints, DeepSeek's among them, reject it in requests).
-    The inverse of :func:`from_openai` (see the module notes for what is normalised).
+    The inverse of [`from_openai`][contextfold.from_openai] (see the module notes for what is
+    normalised).
     """
     # Every dict is new; what comes from a message's metadata (unknown keys, opaque
     # parts) is detached, so changing the dicts never reaches the messages.

@@ -6,7 +6,7 @@ A *prompt* is a user message that drives the model. Its kind, highest priority f
 ``commander_broadcast`` (``source="broadcast"`` with an empty ``sender_id``),
 ``swarm_broadcast`` (a broadcast from another agent), and ``nudge`` (synthetic, made by
 the prompt-source pass when nothing else exists). User messages whose ``source`` is in
-:data:`NON_PROMPT_SOURCES` (earlier nudges, summaries, session markers, the ledger) are
+`NON_PROMPT_SOURCES` (earlier nudges, summaries, session markers, the ledger) are
 context, not prompts.
 """
 

@@ -6,7 +6,7 @@ messages become ``instructions``, user and assistant text become role messages, 
 ``function_call`` items and tool results ``function_call_output`` items. ``from_responses``
 reads items back, ``output`` items of a response included (``message`` items with
 ``output_text`` parts). Any other item (a ``compaction`` item of ``responses.compact``,
-``reasoning``...) is kept whole as an :class:`~contextfold.OpaquePart` of an assistant
+``reasoning``...) is kept whole as an [`OpaquePart`][contextfold.policy.OpaquePart] of an assistant
 message of its own and written back exactly as it came.
 """
 
@@ -89,7 +89,8 @@ def to_responses(messages: Sequence[Message]) -> tuple[str | None, list[dict[str
     """Convert Messages into ``(instructions, input items)`` for the Responses API.
 
     Raises:
-        ConversionError: a system message after the start (run :func:`repair` first).
+        ConversionError: a system message after the start (run [`repair`][contextfold.repair]
+            first).
     """
     lead = 0
     while lead < len(messages) and messages[lead].role in SYSTEM_ROLES:

@@ -49,8 +49,8 @@ def validate(messages: Sequence[Message]) -> list[Problem]:
 
 
 class Validation:
-    """:func:`validate` as a scan that can go on: :meth:`feed` reads messages as they are
-    appended, :meth:`problems` lists the problems of everything read so far. A history that
+    """[`validate`][contextfold.validate] as a scan that can go on: `feed` reads messages as they
+    are appended, `problems` lists the problems of everything read so far. A history that
     grows by appends is checked once per message, not once per call."""
 
     def __init__(self) -> None:
@@ -109,7 +109,8 @@ class Validation:
         return self
 
     def problems(self) -> list[Problem]:
-        """Every problem of the messages read so far (as :func:`validate` lists them)."""
+        """Every problem of the messages read so far (as [`validate`][contextfold.validate] lists
+        them)."""
         if not self.length:
             return [Problem(-1, "empty", "no messages")]
         problems = list(self._found)
@@ -121,14 +122,14 @@ class Validation:
 
     def unprompted_only(self) -> bool:
         """True when the only problem is that no user message was read yet (an autonomous
-        agent's history): :func:`repair` then gives back an equal list of the same
-        messages, with the one note :data:`NO_USER_NOTE`."""
+        agent's history): [`repair`][contextfold.repair] then gives back an equal list of the same
+        messages, with the one note `NO_USER_NOTE`."""
         return not self._seen_user and not self._pending and all(
             p.code == "assistant_before_user" for p in self._found)
 
 
 NO_USER_NOTE = "no user message: the sequence still needs a prompt"
-"""The note of :func:`repair` for a history with no user message."""
+"""The note of [`repair`][contextfold.repair] for a history with no user message."""
 
 
 def repair(messages: Sequence[Message]) -> tuple[list[Message], list[str]]:

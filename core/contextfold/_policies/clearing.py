@@ -2,8 +2,8 @@
 
 Anthropic's ``clear_tool_uses`` edit and LangChain's ``ContextEditingMiddleware`` replace
 tool results older than the last few with a placeholder. So does
-:class:`ClearToolResultsPass`, with one difference: the placeholder carries a ``ctx_``
-handle, and the driver keeps the original, so the agent can read it back with
+[`ClearToolResultsPass`][contextfold.ClearToolResultsPass], with one difference: the placeholder
+carries a ``ctx_`` handle, and the driver keeps the original, so the agent can read it back with
 ``read_original``.
 
 Batching, for the provider's prompt cache: every cleared result changes the prompt

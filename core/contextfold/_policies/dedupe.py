@@ -3,7 +3,8 @@ compaction).
 
 An agent that polls state (``get_status``, ``get_cargo``, ``read_file`` of the same path)
 accumulates snapshots of which only the newest is current. The loop-slice design's earlier
-compaction "deduplicated redundant ``get_*`` tool results"; :class:`DedupeSupersededPass` does it
+compaction "deduplicated redundant ``get_*`` tool results";
+[`DedupeSupersededPass`][contextfold.DedupeSupersededPass] does it
 losslessly: an earlier successful result of the same tool called with the same arguments
 becomes a one-line pointer to the latest result, carrying a ``ctx_`` handle to its own
 original (kept by the driver, readable with ``read_original``).

@@ -104,8 +104,8 @@ def shrink_if_fewer_tokens(
     message: Message, shape: HeadTail, count: Callable[[Message], int],
     handle: str | None = None,
 ) -> Message:
-    """:func:`shrink_message`'s cut of ``message`` when ``count`` finds it smaller, else
-    ``message`` itself.
+    """[`shrink_message`][contextfold.policy.shrink_message]'s cut of ``message`` when ``count``
+    finds it smaller, else ``message`` itself.
 
     A cut is always shorter in characters, but its label (``[TRUNCATED — 123 chars
     original, ...]``: digits and punctuation) can take more tokens than the words it stands

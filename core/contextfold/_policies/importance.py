@@ -108,7 +108,7 @@ def identifiers(text: str) -> set[str]:
 
 
 def id_tokens(message: Message) -> frozenset[str]:
-    """:func:`identifiers` of a message's text and call arguments, computed once."""
+    """`identifiers` of a message's text and call arguments, computed once."""
     return message.derived("id_tokens", lambda m: frozenset(identifiers(scanned_text(m))))
 
 

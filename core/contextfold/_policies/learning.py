@@ -154,7 +154,8 @@ def apply_learning(
 def record_searches(
     specs: Sequence[SearchToolSpec], learned: LearnedImportance
 ) -> list[SearchToolSpec]:
-    """``specs`` (from :func:`contextfold.search_tools`) wrapped so that every result they
+    """``specs`` (from [`contextfold.search_tools`][contextfold.stores.search_tools]) wrapped so
+    that every result they
     return (a search hit's content, a message read by handle) is recorded in ``learned``:
     what the agent had to search for is kept verbatim next time."""
 

@@ -105,7 +105,7 @@ class LoopSlicePolicy(SimplePolicy):
       it had already acted on it. The store keeps it searchable.
     * Messages after the loop (a final assistant text) are not part of the slice.
     * Over budget, the loop's tool results are cut head+tail, never split
-      (:func:`fit_loop`); ``BudgetExceededError`` only when system and prompt alone
+      (`fit_loop`); ``BudgetExceededError`` only when system and prompt alone
       do not fit.
 
     Args:

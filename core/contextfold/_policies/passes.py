@@ -1,4 +1,4 @@
-"""Small reusable passes for a :class:`~contextfold.Pipeline`.
+"""Small reusable passes for a [`Pipeline`][contextfold.Pipeline].
 
 A pass is a policy that never needs a summary: cheap, deterministic, pure. The first one
 is the threshold design's step 1: images in tool results are the largest consumers of context and

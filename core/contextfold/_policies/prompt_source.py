@@ -12,10 +12,10 @@ Prompt kinds, highest priority first:
 3. ``swarm_broadcast``: ``source="broadcast"`` from another agent (non-empty ``sender_id``);
 4. ``nudge``: synthetic, made here when nothing else exists; never stored.
 
-User messages whose ``source`` is in :data:`NON_PROMPT_SOURCES` (earlier nudges, summaries,
+User messages whose ``source`` is in `NON_PROMPT_SOURCES` (earlier nudges, summaries,
 session markers) are context, not prompts.
 
-The search order of :func:`choose_prompt` (the message-format guarantee's sliding-window
+The search order of `choose_prompt` (the message-format guarantee's sliding-window
 protection):
 
 1. the scan window (the last ``max_context_messages`` of the history);

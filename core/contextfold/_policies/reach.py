@@ -10,7 +10,7 @@ out costs more than everything else the pass does.
 When a request's count is the sum of its messages' (an ``additive`` counter), the
 outcome follows from the other end: the groups are dropped in their order until the rest
 fits, so the groups kept are the longest run at the end of that order that fits beside
-what is never dropped. :func:`drop_beyond_reach` counts what is never dropped and then
+what is never dropped. `drop_beyond_reach` counts what is never dropped and then
 the groups from the end of the order, each with the cuts the selection would make in it,
 until the next group does not fit: that group and every one before it are dropped. Once
 that happens the cuts provably could not reach the target (what was counted is already

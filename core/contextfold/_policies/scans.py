@@ -1,11 +1,11 @@
 """What the rebuild policies look up in the whole history at every call, read once per
 message and extended by what was appended (through the context's
-:class:`~contextfold.policy.Lineage`).
+[`Lineage`][contextfold.policy.Lineage]).
 
-* :class:`PromptScan`: where the real prompts, broadcasts and final answers are, so that
-  :func:`~contextfold._policies.prompt_source.choose_prompt` finds the prompt source
+* `PromptScan`: where the real prompts, broadcasts and final answers are, so that
+  `choose_prompt` finds the prompt source
   without walking back through a long turn.
-* :class:`GroupScan`: where each atomic group starts and the running token sums over the
+* `GroupScan`: where each atomic group starts and the running token sums over the
   positions, so that turn-aware composition reads the groups and the sizes of a long turn
   without splitting and counting it again.
 

@@ -15,7 +15,7 @@ class SimplePolicy:
     """Base for policies that never need a summary: implement ``apply``.
 
     A subclass whose ``ledger`` is set records what ``apply`` removed or cut in the
-    compaction ledger (:class:`contextfold.Ledger`).
+    compaction ledger ([`contextfold.Ledger`][contextfold.Ledger]).
     """
 
     name: str = "simple"

@@ -100,9 +100,9 @@ class SummaryPolicy:
     """LLM summary compaction with a preserved recent tail.
 
     Runs when the input passes ``budget.trigger_tokens`` (or when forced) and returns the
-    input itself otherwise. One :class:`SummaryRequest` (purpose ``"summary"``) covers every
-    message older than the preserved tail, except pinned groups and the latest user
-    request, which stay verbatim after the summary.
+    input itself otherwise. One [`SummaryRequest`][contextfold.policy.SummaryRequest] (purpose
+    ``"summary"``) covers every message older than the preserved tail, except pinned groups and the
+    latest user request, which stay verbatim after the summary.
 
     When the summary fails (``reply.text is None``) nothing is folded: the newest groups
     that fit the budget's target are kept verbatim (at least the last group, and the latest

@@ -31,8 +31,8 @@ reach the target with the summary's room:
 policy within the pin guarantee, reserving their room when a level needed theirs.)
 
 The threshold design protects "the first user message (original task prompt)". Here that
-is the *task prompt*: the first real prompt (:func:`~.prompt_source.prompt_kind`), since a
-session marker, an earlier summary or a nudge before it is not the task, else the first
+is the *task prompt*: the first real prompt ([`prompt_kind`][contextfold.policy.prompt_kind]), since
+a session marker, an earlier summary or a nudge before it is not the task, else the first
 user message. The *latest request* (the latest real prompt) is protected the same way:
 it is what the model must answer, and on a long chat it is neither the first user message
 nor, once answered, in the newest group.
@@ -45,17 +45,17 @@ the least degraded one whose output fits the input budget with the summary's roo
 else the least degraded one that fits with the notice. When none fits, the task prompt
 and the newest group are cut head+tail (their tool calls kept) to the largest common size
 that fits, with the threshold design's notice or, when not even that fits, a
-:data:`SHORT_NOTICE`. The latest request stays verbatim while it fits the budget beside
+`SHORT_NOTICE`. The latest request stays verbatim while it fits the budget beside
 the system messages: when not even the labels of the others fit beside it, they are
 dropped too and the output is the system messages, the latest request and a notice (the
-``request_only`` degradation). :class:`~contextfold.BudgetExceededError` is raised only
-when that does not fit with the short notice, or, when the latest request does not fit
+``request_only`` degradation). [`BudgetExceededError`][contextfold.BudgetExceededError] is raised
+only when that does not fit with the short notice, or, when the latest request does not fit
 beside the system messages, when they, the task prompt, the newest group and the latest
 request cut to their labels and the short notice do not fit.
 
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
-identifiers) is cut section by section, DATA last (:func:`fit_sections`), and replaced by
+identifiers) is cut section by section, DATA last (`fit_sections`), and replaced by
 the notice only when not even its headings fit.
 
 Where the summary goes: the threshold design pushes it onto the end. So do we, with two exceptions:
@@ -181,7 +181,7 @@ SHORT_NOTICE = (
 kept: what happened and the nudge's two points (continue; no final output before the end)."""
 
 SHORT_NUDGE = "[Context compacted. Continue; do NOT finish before ALL steps are done.]"
-"""The nudge of a summary on a budget too tight for :data:`CONTINUATION_NUDGE`: the nudge's
+"""The nudge of a summary on a budget too tight for `CONTINUATION_NUDGE`: the nudge's
 two points (continue; no final output before the end)."""
 
 
@@ -423,7 +423,7 @@ class ThresholdPolicy:
 
     def _cut(self, plan: Plan, context: CompactionContext, i: int, open_call: int | None
              ) -> tuple[Message, str] | None:
-        """What :meth:`_select` would make of ``plan.work[i]`` when it comes to it: the cut
+        """What `_select` would make of ``plan.work[i]`` when it comes to it: the cut
         copy and its pass, ``None`` for a message no pass targets."""
         m = plan.work[i]
         pass_name = _PASS_OF.get(m.role)
@@ -463,9 +463,9 @@ class ThresholdPolicy:
 
     def _to_the_bone(self, plan: Plan, context: CompactionContext) -> Plan:
         """Every group that may go dropped; then the task prompt and the newest group cut
-        head+tail to fit (:func:`cut_to_fit`), the latest request too when not even it fits
+        head+tail to fit (`cut_to_fit`), the latest request too when not even it fits
         beside the system messages; when it does and their labels do not, the request alone
-        (:meth:`_request_only`). Raises when even that does not fit with the short notice."""
+        (`_request_only`). Raises when even that does not fit with the short notice."""
         drop_groups(plan, context, 10**18)
         plan.level = "cut_to_fit"
         latest = verbatim_request(plan, context)

@@ -1,5 +1,5 @@
 """The threshold policy's plan: its degradation levels, what each protects, what the plan
-cuts and drops, and the report's figures (see :mod:`.threshold` for the steps)."""
+cuts and drops, and the report's figures (see `contextfold._policies.threshold` for the steps)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ class Plan:
 
     def place(self, kept: list[Message], summary: Message) -> list[Message]:
         """``kept`` with the summary where it goes: right after what was cut or dropped
-        (rolling: :func:`~contextfold._policies.rolling.block_position`), else where
-        :func:`insert_summary` puts it."""
+        (rolling: `block_position`), else where
+        `insert_summary` puts it."""
         if not self.rolling:
             return insert_summary(kept, summary)
         changed = {*self.chosen, *self.dropped, *(t.index for t in self.strip_targets)}
@@ -92,7 +92,7 @@ def protected_at(
     work: Sequence[Message], level: Level, stable: int = 0
 ) -> tuple[frozenset[int], frozenset[int]]:
     """(never truncated, never dropped) at ``level``: system messages, the task prompt and
-    the latest request (:func:`requests`), the last ``level.recent`` of each role, errors
+    the latest request (`requests`), the last ``level.recent`` of each role, errors
     and pinned messages unless the level cuts or drops them, and the frozen part of a
     rolling pass (``work[:stable]``); the newest group is never dropped, and at ``recent`` 0
     its last message of each role is never truncated."""
@@ -140,7 +140,7 @@ def verbatim_request(plan: Plan, context: CompactionContext) -> int | None:
 
 def plan_targets(plan: Plan, context: CompactionContext) -> tuple[Target, ...]:
     """The report's targets: stripped images, truncated and dropped messages. A dropped
-    message nothing counted carries its bound (:func:`token_bound`); the report counts it
+    message nothing counted carries its bound (`token_bound`); the report counts it
     when read."""
     counter = context.counter
     count = counter.count_message
@@ -252,8 +252,8 @@ def plan_originals(plan: Plan) -> tuple[tuple[Message, ...], str | None]:
     The originals go in order, with the task prompt and the latest request (kept verbatim
     in the context) where they stand among them, so the summary can state the TASK: the
     latest request, and the earlier ones under it. A latest request after every original
-    goes apart, as :attr:`SummaryRequest.latest_request`: the summary's TASK, answered or
-    not (an unanswered one is the request's ``open_request`` too)."""
+    goes apart, as [`latest_request`][contextfold.policy.SummaryRequest.latest_request]: the
+    summary's TASK, answered or not (an unanswered one is the request's ``open_request`` too)."""
     picked = set(plan.chosen) | plan.dropped
     task, latest = requests(plan.work)
     after = None

@@ -1,6 +1,6 @@
-"""The plan of a :class:`~contextfold.TieredPolicy` pass, and what it reports.
+"""The plan of a [`TieredPolicy`][contextfold.TieredPolicy] pass, and what it reports.
 
-:class:`TierPlan` says where each group of the input goes (residual, pinned, the latest
+`TierPlan` says where each group of the input goes (residual, pinned, the latest
 request kept verbatim, or a tier) and how much room each tier summary has; the functions
 below build the tier summary messages and the report's targets and figures from it.
 """

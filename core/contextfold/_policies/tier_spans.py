@@ -1,4 +1,4 @@
-"""Where the tiers of :class:`~contextfold.TieredPolicy` begin and end.
+"""Where the tiers of [`TieredPolicy`][contextfold.TieredPolicy] begin and end.
 
 The tiered design draws its recency tiers in messages: the last 10 raw (tier 0), messages
 10-25 (tier 1), 25-50 (tier 2), the rest (tier 3). Counted in messages, tier 0 of a chat
@@ -10,7 +10,7 @@ their widths in messages and start where tier 0 ends, so a tier 0 longer than th
 10 messages pushes them back; a tier 0 shorter than 10 (its messages are over its
 allocation) leaves them where the design puts them and its oldest groups join tier 1.
 
-:class:`Recency` holds running counts over the groups that go to tiers, newest first, so
+`Recency` holds running counts over the groups that go to tiers, newest first, so
 the tokens and group counts of every tier for any extent of tier 0 come from two binary
 searches: the search for the extent costs ``O(log n)`` per step, not a pass over the
 history.

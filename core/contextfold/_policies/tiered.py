@@ -3,21 +3,21 @@
 When the input passes ``budget.trigger`` (or ``context.force``) the policy compacts it
 towards ``budget.target``:
 
-1. score every message 0-100 (:func:`~contextfold.score_importance`); messages at or above
-   ``residual_threshold`` are *residuals* and bypass compression, at most
+1. score every message 0-100 ([`score_importance`][contextfold.policy.score_importance]); messages
+   at or above ``residual_threshold`` are *residuals* and bypass compression, at most
    ``residual_max_percent`` of the messages and ``residual_budget_share`` of the budget,
    the lowest-scoring demoted first. A residual keeps its whole atomic group (a tool result
    keeps its call and the call's other results); pinned messages are kept the same way,
    and so is the latest user request, which stays verbatim in place;
-2. the other groups go to tiers by recency, sized by the budget (:mod:`.tier_spans`):
-   tier 0 holds the newest groups raw, as many as fit the allocation it gets once tiers
-   1-3 took what they need of the rest (at least the newest group; the design's last
-   ``tier0_size`` messages when they fit, and more when the budget holds more); tier 1
+2. the other groups go to tiers by recency, sized by the budget
+   (`contextfold._policies.tier_spans`): tier 0 holds the newest groups raw, as many as fit the
+   allocation it gets once tiers 1-3 took what they need of the rest (at least the newest group; the
+   design's last ``tier0_size`` messages when they fit, and more when the budget holds more); tier 1
    (70% of the detail) and tier 2 (40%) keep the design's widths in messages (up to
    ``tier1_size`` and ``tier2_size`` from the end) and start where tier 0 ends; the rest
    is tier 3 (15%). A group that straddles a boundary joins the more recent tier, so a
    call is never split from its results;
-3. the budget is allocated (:func:`allocate_budget`): fixed parts, safety margin, residuals,
+3. the budget is allocated (`allocate_budget`): fixed parts, safety margin, residuals,
    then tiers 70/20/7/3 with the unused budget of tiers 1-3 given to tier 0. A tier needs
    its header and its preserved share, and carries the summaries of earlier passes it
    holds whole (condensing them again by its preservation would shrink old history
@@ -40,8 +40,8 @@ When even that does not fit the input budget, residual groups are demoted (lowes
 first) into their tiers; then one tier holds every group but the newest and the latest
 request (one header, its summary sized to what the budget leaves); then the newest group is
 cut head+tail (its tool calls kept) to the largest common size that fits.
-:class:`~contextfold.BudgetExceededError` is raised only when the system messages, pinned
-messages, the latest request, the newest group cut to its labels and one tier header do
+[`BudgetExceededError`][contextfold.BudgetExceededError] is raised only when the system messages,
+pinned messages, the latest request, the newest group cut to its labels and one tier header do
 not fit (the engine then sends the system prompt and the latest request, when those fit);
 a request that does not fit beside the system prompt at all joins the tier.
 """
@@ -409,8 +409,8 @@ class TieredPolicy:
     def _assign_tiers(
         self, plan: TierPlan, context: CompactionContext, messages: Sequence[Message]
     ) -> None:
-        """Tiers by recency among the groups not kept (:mod:`.tier_spans`): tier 0 holds
-        the newest groups that fit the allocation it gets once tiers 1-3 took what they
+        """Tiers by recency among the groups not kept (`contextfold._policies.tier_spans`): tier 0
+        holds the newest groups that fit the allocation it gets once tiers 1-3 took what they
         need of the rest, at least the newest group."""
         free = [g for g in range(len(plan.groups) - 1, -1, -1)
                 if g not in plan.kept and g not in plan.pinned and g not in plan.request]

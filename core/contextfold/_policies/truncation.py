@@ -37,7 +37,7 @@ group (with its prompt, and its tool results cut down to their labels) do not fi
 Cost: one pass over the messages to find the groups, one backward pass over the groups
 and one count of the output; nothing is recounted in a loop. Only what the plan reads is
 tokenized: whether the input fits is decided from upper bounds
-(:func:`~contextfold._counting.bounds.count_within`), and a group's size is counted
+(`count_within`), and a group's size is counted
 when the plan reaches it, newest first, so a long history that nothing has counted yet
 costs the tokens of what is kept (and of the turn's prompt), not of all of it. The
 ``original_tokens`` of a message dropped uncounted is its bound in the policy's outcome;
@@ -430,7 +430,7 @@ def _dropped(
 ) -> list[Target]:
     """A ``"dropped"`` target for every message of the groups before ``plan.start`` that
     are neither the head nor the prompt, in input order; a message nothing counted carries
-    its bound (:func:`~contextfold._counting.bounds.token_bound`), not a count."""
+    its bound (`token_bound`), not a count."""
     bounds = layout.bounds
     ranges: list[tuple[int, int]] = []
     cursor = bounds[0] if bounds else 0

@@ -150,10 +150,10 @@ class TurnAwarePolicy(SimplePolicy):
     loop is never split. ``BudgetExceededError`` only when the system prompt and the
     current prompt alone do not fit.
 
-    Like :class:`LoopSlicePolicy`, this policy **updates** ``context.state``: a real prompt
-    resets the encouragement counter; a history with no real prompt (and no broadcast in
-    the store) gets the message-format guarantee's synthetic nudge as its prompt, which counts
-    toward idle.
+    Like [`LoopSlicePolicy`][contextfold.LoopSlicePolicy], this policy **updates**
+    ``context.state``: a real prompt resets the encouragement counter; a history with no real prompt
+    (and no broadcast in the store) gets the message-format guarantee's synthetic nudge as its
+    prompt, which counts toward idle.
 
     Args:
         nudges: the nudge texts and the idle limit.
@@ -225,7 +225,7 @@ class TurnAwarePolicy(SimplePolicy):
         self, messages: Sequence[Message], context: CompactionContext, scan: GroupScan,
         choice: PromptChoice, system: list[Message],
     ) -> tuple[_Plan, PromptChoice, SumsFit | None]:
-        """:meth:`_compose` from the groups and past turns kept in the lineage: the groups
+        """`_compose` from the groups and past turns kept in the lineage: the groups
         are made only for what stays in view, when the sums decide the fit."""
         lineage = context.lineage
         assert lineage is not None

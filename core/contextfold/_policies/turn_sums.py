@@ -5,8 +5,8 @@ degradation (its class docstring) walks it whole at each one: it cuts every olde
 result, then drops the oldest groups until the rest fits. With a counter whose request
 count is the sum of its message counts (``additive``), each step's outcome follows from
 running sums over the positions instead: the tokens of each message, as it is and with
-its tool result cut, extended by what was appended (:class:`TurnSums`, kept in the
-lineage), and the past turns, compressed once when they close. :func:`fit_by_sums` then
+its tool result cut, extended by what was appended (`TurnSums`, kept in the
+lineage), and the past turns, compressed once when they close. `fit_by_sums` then
 decides the same steps the policy's ``_fit`` takes, touching only what stays in view.
 
 It answers only where the answer cannot depend on the order of the cuts: when the older

@@ -1,2 +1,2 @@
 """History stores and what they keep beside the messages (token counts, originals,
-summaries); the public names are re-exported by :mod:`contextfold.stores`."""
+summaries); the public names are re-exported by [`contextfold.stores`][contextfold.stores]."""

@@ -120,9 +120,9 @@ class BaseStore(ABC):
     ) -> None:
         """Append ``messages`` in one transaction; durable when it returns.
 
-        The token counts each message holds are kept with it (see :meth:`put_counts`);
-        with ``counter``, each message is counted first (its count is cached on it, as
-        counting does).
+        The token counts each message holds are kept with it (see
+        [`put_counts`][contextfold.stores.BaseStore.put_counts]); with ``counter``, each message is
+        counted first (its count is cached on it, as counting does).
         """
         _check_id("conversation_id", conversation_id)
         batch = _checked_messages(messages)

@@ -83,7 +83,7 @@ def _dumps(message: Message) -> tuple[str, bool]:
 
 def stored_form(message: Message) -> tuple[str, str, bool]:
     """What a store keeps of ``message``: its JSON text, the digest of that text (what the
-    stores key token counts with: :func:`stored_digest`), and whether it reads back as
+    stores key token counts with: `stored_digest`), and whether it reads back as
     ``message`` itself (equal content), so that the counts ``message`` holds are counts of
     the stored content.
 

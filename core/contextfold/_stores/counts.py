@@ -11,11 +11,12 @@ again:
   stored), for the stored messages of the same id *and content*: a message of that id
   whose content differs (a framework that replaced it) gets none;
 - ``load`` and ``load_recent`` return messages whose counts are already cached, and
-  ``stored_counts`` returns them without decoding the messages (:class:`StoredCounts`).
+  ``stored_counts`` returns them without decoding the messages
+  ([`StoredCounts`][contextfold.stores.StoredCounts]).
 
 A count is only reused for the content it was made from and under the name of the counter
 that made it. Content: each stored row keeps the digest of its body (the message's JSON
-text, :func:`~contextfold._stores.codec.stored_digest`); a count added later is kept only
+text, `stored_digest`); a count added later is kept only
 for a row whose digest is the given message's, and a resumed message takes only the counts
 of a row of its id and digest. Name: the counter's name says its encoding and any factor
 (``tiktoken:o200k_base``, ``approx:claude=cl100k_base*1.3``); a counter that counts
@@ -146,9 +147,9 @@ def restore_rows(table: str, messages: Mapping[Any, Message],
 
 
 def stored_counts_of(rows: Iterable[Sequence[Any]]) -> StoredCounts:
-    """:class:`StoredCounts` from rows of (message row id, message id, digest, counter name
-    or ``None``, tokens, body or ``None``). A body is read only for the rows whose id
-    column may differ from the message's id (an id the column could not hold as it is),
+    """[`StoredCounts`][contextfold.stores.StoredCounts] from rows of (message row id, message id,
+    digest, counter name or ``None``, tokens, body or ``None``). A body is read only for the rows
+    whose id column may differ from the message's id (an id the column could not hold as it is),
     so that every id is exact."""
     ids: set[str] = set()
     kept: dict[Any, tuple[str, str, dict[str, int]]] = {}

@@ -12,7 +12,7 @@ from .._config import Ge, check
 __all__ = ["DEFAULT_REFERENCE_CAPACITY", "ReferenceCache", "default_references"]
 
 DEFAULT_REFERENCE_CAPACITY = 256
-"""Originals a :class:`ReferenceCache` keeps by default."""
+"""Originals a [`ReferenceCache`][contextfold.stores.ReferenceCache] keeps by default."""
 
 _NO_SCOPE = ""
 

@@ -1,10 +1,11 @@
 """Content-hash summary caches: the same span is never summarized twice.
 
-Keys are :attr:`SummaryRequest.cache_key` (a hash of the messages' fingerprints, the
-instructions and the size hint). :class:`LRUSummaryCache` keeps recent summaries in memory
-with LRU eviction; :class:`StoreSummaryCache` persists them in a history store that has
-``get_summary``/``put_summary``; :class:`LayeredSummaryCache` puts memory in front of a
-store so a fresh process reuses what an earlier one paid for.
+Keys are [`SummaryRequest.cache_key`][contextfold.policy.SummaryRequest.cache_key] (a hash of the
+messages' fingerprints, the instructions and the size hint).
+[`LRUSummaryCache`][contextfold.stores.LRUSummaryCache] keeps recent summaries in memory with LRU
+eviction; `StoreSummaryCache` persists them in a history store that has
+``get_summary``/``put_summary``; `LayeredSummaryCache` puts memory in front of a store so a fresh
+process reuses what an earlier one paid for.
 """
 
 from __future__ import annotations

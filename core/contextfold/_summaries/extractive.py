@@ -83,7 +83,7 @@ class ExtractiveSummarizer:
         return Fitting(sections, request.max_tokens, self.counter).text()
 
     async def asummarize(self, request: SummaryRequest) -> str:
-        """Same as :meth:`summarize` (no I/O)."""
+        """Same as [`summarize`][contextfold.ExtractiveSummarizer.summarize] (no I/O)."""
         return self.summarize(request)
 
     # -- reading ---------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 A summary of a long span keeps a small part of what it could say: the steps of thousands
 of tool calls go first, and DATA keeps the identifiers found first, as many as fit. So the
-scan (:mod:`.extractive`) records where each line comes from and the text is made only
-when a line is read: a step's line (:class:`Line`), the decisions of a message, the
-identifiers of a message (:class:`Data`, looked for in order, only as far as the values
-read need). :class:`Fitting` reads only what the states it tries show, and only as much of
+scan (`contextfold._summaries.extractive`) records where each line comes from and the text is made
+only when a line is read: a step's line (`Line`), the decisions of a message, the
+identifiers of a message (`Data`, looked for in order, only as far as the values
+read need). `Fitting` reads only what the states it tries show, and only as much of
 each as deciding whether it fits needs, so the identifiers of messages whose values could
 not fit are never looked for: the summary is the same as with every line made first.
 """
@@ -135,7 +135,7 @@ class Sections:
 
 @dataclass
 class Kept:
-    """What a summary keeps of its sections after some removals (see :class:`Fitting`)."""
+    """What a summary keeps of its sections after some removals (see `Fitting`)."""
 
     s: Sections
     progress: Sequence[str | Line]
@@ -201,7 +201,7 @@ class Fitting:
     latest step; the earlier requests, oldest first; DATA's values, the last found first
     (a line says that more were left out). The first state that fits is found by bisection
     over that order; a text is counted only as far as deciding it needs (the start of a
-    long text that is over on its own, :func:`head_over`). When not even everything
+    long text that is over on its own, `head_over`). When not even everything
     removed fits, that is the summary (the caller cuts it further).
 
     Every other removal is tried before DATA's: whether DATA whole fits beside what cannot

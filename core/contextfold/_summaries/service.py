@@ -142,7 +142,8 @@ class SummaryService:
 
     Args:
         summarizer: a ``Summarizer`` and/or ``AsyncSummarizer``; default
-            :class:`ExtractiveSummarizer` (no LLM: no cache, retries or verification).
+            [`ExtractiveSummarizer`][contextfold.ExtractiveSummarizer] (no LLM: no cache, retries or
+            verification).
         counter: measures requests against the summarizer's window (``max_input_tokens``
             on the summarizer or the request).
         retry: retry and backoff settings.
@@ -316,7 +317,7 @@ class SummaryService:
         """The summary of ``request``: split into parts when it does not fit ``window``
         (the summarizer's, else the conversation's, never above what the model stated),
         at once again below the window the model states when it rejects it as too long.
-        Raises :class:`_Failed` only (the whole request then falls back)."""
+        Raises `_Failed` only (the whole request then falls back)."""
         window = self._window_for(request, window)
         needed = self._input_tokens(request) + _reserve(request, window)
         if request.sent is not None and window is not None and needed > window:

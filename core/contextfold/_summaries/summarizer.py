@@ -1,8 +1,8 @@
 """The summarizer protocol and the scripted test double.
 
-A summarizer turns a :class:`SummaryRequest` into text. Sync summarizers implement
-``summarize``; async ones ``asummarize``; a class may implement both. Retries, splitting,
-caching, verification and fallback are added around any summarizer by the summary
+A summarizer turns a [`SummaryRequest`][contextfold.policy.SummaryRequest] into text. Sync
+summarizers implement ``summarize``; async ones ``asummarize``; a class may implement both. Retries,
+splitting, caching, verification and fallback are added around any summarizer by the summary
 service, so implementations stay small.
 
 A summarizer that sets ``cache_true = True`` receives, where it fits, the agent's previous

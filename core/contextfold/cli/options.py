@@ -2,7 +2,7 @@
 
 Each function here is an ``argparse`` type: it returns the converted value or raises
 ``argparse.ArgumentTypeError`` with a message that says what was expected. The parser
-(:class:`Parser`) prints that message on one line and exits with status 2, before any
+(`Parser`) prints that message on one line and exits with status 2, before any
 work starts; nothing is written before every option is known to be good.
 """
 

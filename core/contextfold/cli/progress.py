@@ -2,7 +2,7 @@
 
 When standard error is not a terminal (piped, redirected, a CI log) nothing is drawn: the
 table on standard output is the result, and a log of carriage returns helps nobody. A run
-that finishes within :data:`QUIET_SECONDS` draws nothing either.
+that finishes within `QUIET_SECONDS` draws nothing either.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Accepted shapes:
 
 Every error names the file and the position (line, record, message).
 
-:func:`generated_chats` makes transcripts without a file: long multi-session chats with
+`generated_chats` makes transcripts without a file: long multi-session chats with
 planted facts (``contextfold.testing.generate_chat``), whose late questions the
 evaluation checks against what each call was given.
 """
@@ -190,7 +190,7 @@ def load_transcripts(path: str | Path) -> list[Transcript]:
 
 def generated_chats(count: int, *, seed: int = 0, sessions: int = 12) -> list[Transcript]:
     """``count`` generated long chats (seeds ``seed`` to ``seed + count - 1``), each with
-    its questions as :attr:`Transcript.asked`."""
+    its questions as `Transcript.asked`."""
     from .._chats import generate_chat
 
     chats = [(s, generate_chat(s, sessions=sessions)) for s in range(seed, seed + count)]

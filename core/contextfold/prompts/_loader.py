@@ -1,7 +1,8 @@
 """Layered system prompts and the session marker.
 
-* :class:`PromptLoader` combines a personal prompt file (the first that exists of several
-  candidates), a project prompt file and the environment facts into one system prompt with
+* [`PromptLoader`][contextfold.prompts.PromptLoader] combines a personal prompt file (the first that
+  exists of several candidates), a project prompt file and the environment facts into one system
+  prompt with
   labelled sections::
 
       # Personal Configuration
@@ -14,10 +15,10 @@
       Operating system: Linux
       Mode: Interactive REPL
 
-* :class:`~contextfold.prompts.TemporalContext` (a pass, in the policies) refreshes that
+* [`TemporalContext`][contextfold.prompts.TemporalContext] (a pass, in the policies) refreshes that
   ``Current date`` line on every build.
-* :func:`session_started_marker` is the fixed ``[Session started: ...]`` message that opens
-  a new session's history.
+* [`session_started_marker`][contextfold.prompts.session_started_marker] is the fixed
+  ``[Session started: ...]`` message that opens a new session's history.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ texts do not fit, condense segments from the lowest priority up (ties: the later
 registered first) until they fit; (3) when even all condensed variants do not fit, leave
 out non-required segments from the lowest priority up. Segments keep their registration
 order in the prompt. A required segment that cannot fit even condensed raises
-:class:`~contextfold.BudgetExceededError`.
+[`BudgetExceededError`][contextfold.BudgetExceededError].
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class PromptSegmentRegistry:
 
     def assemble(self, context: Mapping[str, Any], budget_tokens: int,
                  counter: TokenCounter) -> AssembledPrompt:
-        """Like :meth:`build`, with what was included, condensed, omitted and skipped."""
+        """Like [`build`][contextfold.prompts.PromptSegmentRegistry.build], with what was included,
+        condensed, omitted and skipped."""
         if not isinstance(budget_tokens, int) or budget_tokens < 0:
             raise ConfigurationError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
         active = [s for s in self.segments if s.condition is None or s.condition(context)]

@@ -37,7 +37,7 @@ _HERE = Path(__file__).resolve().parent
 
 
 def sample_path(name: str) -> Path:
-    """The file of the sample ``name`` (a key of :data:`SAMPLES`).
+    """The file of the sample ``name`` (a key of `SAMPLES`).
 
     Raises:
         ConfigurationError: no sample has that name.

@@ -17,8 +17,10 @@ Alone, none keeps the originals, shows a ledger or reports anything. The passes 
 what contextfold promises, around the provider's own mechanism:
 
 * they send the provider's request fields (``request_fields``, merged over a pipeline's
-  passes by :func:`request_fields`; the adapters add them to every call), or ask the
-  driver to call the provider's endpoint (a :class:`ProviderRequest`, :mod:`.calls`);
+  passes by [`request_fields`][contextfold.providers.request_fields]; the adapters add them to every
+  call), or ask the driver to call the provider's endpoint (a
+  [`ProviderRequest`][contextfold.providers.ProviderRequest],
+  `contextfold._policies.provider_native.calls`);
 * they keep the provider's block exactly as it came, where the provider needs it;
 * what the provider took out of view (or will, by its documented rule) gets a handle, its
   original kept by the Compactor like any policy's, and a ledger line beside it;
@@ -26,7 +28,7 @@ what contextfold promises, around the provider's own mechanism:
 
 The Anthropic passes run on every call (``always_run``): the provider acts on every
 request, so the view must follow it on every request too. Put them first in a
-:class:`~contextfold.Pipeline`, before a local policy: the local policy then works on what
+[`Pipeline`][contextfold.Pipeline], before a local policy: the local policy then works on what
 the provider kept. OpenAI's compaction runs at the budget's trigger like a local policy:
 its output is the prefix of the next calls.
 """

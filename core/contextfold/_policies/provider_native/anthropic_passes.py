@@ -1,5 +1,6 @@
 """Anthropic's own compaction behind the policy contract: server-side compaction
-(:class:`AnthropicCompaction`) and context editing (:class:`AnthropicContextEditing`)."""
+([`AnthropicCompaction`][contextfold.providers.AnthropicCompaction]) and context editing
+([`AnthropicContextEditing`][contextfold.providers.AnthropicContextEditing])."""
 
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ class AnthropicContextEditing:
     them, so the model can read them back; the report gives the provider's figures.
 
     The rule is applied to the counter's figure of the request: exact with
-    :class:`~contextfold.EndpointCounter`; an approximation that counts high (Claude's)
+    [`EndpointCounter`][contextfold.EndpointCounter]; an approximation that counts high (Claude's)
     names results as cleared a little before the provider clears them, never after.
 
     Args:

@@ -43,7 +43,8 @@ def request_fields(policy: Policy) -> dict[str, Any]:
 class ProviderRequest(SummaryRequest):
     """A call to a provider's own compaction endpoint, yielded by a policy like a summary
     request and made by the driver (the policy stays free of I/O): the driver calls
-    ``perform`` and sends back a :class:`ProviderReply` with its result as ``payload``."""
+    ``perform`` and sends back a [`ProviderReply`][contextfold.providers.ProviderReply] with its
+    result as ``payload``."""
 
     perform: Callable[[], Any] | None = None
     """Makes the call; its return value is the reply's ``payload``."""
@@ -51,7 +52,8 @@ class ProviderRequest(SummaryRequest):
 
 @dataclass(frozen=True, slots=True)
 class ProviderReply(SummaryReply):
-    """What the driver sends back for a :class:`ProviderRequest`."""
+    """What the driver sends back for a
+    [`ProviderRequest`][contextfold.providers.ProviderRequest]."""
 
     payload: Any = None
     """What ``perform`` returned (``None`` when it failed: ``error`` says why)."""

@@ -1,5 +1,5 @@
 """OpenAI's ``responses.compact`` behind the policy contract
-(:class:`OpenAIResponsesCompaction`)."""
+([`OpenAIResponsesCompaction`][contextfold.providers.OpenAIResponsesCompaction])."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ __all__ = ["OpenAIResponsesCompaction", "openai_responses_compact"]
 def openai_responses_compact(
     client: Any, model: str, **kwargs: Any
 ) -> Callable[[Sequence[Message]], list[Message]]:
-    """The call :class:`OpenAIResponsesCompaction` makes, through an ``openai.OpenAI``
+    """The call [`OpenAIResponsesCompaction`][contextfold.providers.OpenAIResponsesCompaction]
+    makes, through an ``openai.OpenAI``
     client: the messages as Responses API items to ``client.responses.compact`` (OpenAI,
     "Compact a response": the output is the conversation's user messages followed by one
     ``compaction`` item whose ``encrypted_content`` only OpenAI reads), read back as
@@ -46,11 +47,11 @@ class OpenAIResponsesCompaction:
 
     Over the budget's trigger (or forced), the conversation after the system messages goes
     to the provider's compaction endpoint (``compact``, made by
-    :func:`openai_responses_compact`), as a request the driver makes. What comes back, the
-    user messages and one opaque ``compaction`` item, replaces the conversation: the item
-    exactly as returned (its ``encrypted_content`` is OpenAI's to read), the user messages
-    as the caller's own objects. Everything else it replaced gets one handle, its original
-    kept by the Compactor, with a ledger line per item after the compaction item. The
+    [`openai_responses_compact`][contextfold.providers.openai_responses_compact]), as a request the
+    driver makes. What comes back, the user messages and one opaque ``compaction`` item, replaces
+    the conversation: the item exactly as returned (its ``encrypted_content`` is OpenAI's to read),
+    the user messages as the caller's own objects. Everything else it replaced gets one handle, its
+    original kept by the Compactor, with a ledger line per item after the compaction item. The
     output is the prefix of the next calls, so the item is sent back with every request,
     as the Responses API requires, until the next compaction replaces it.
 

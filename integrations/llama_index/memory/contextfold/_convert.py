@@ -81,7 +81,8 @@ PENDING_ID = "cf-pending"
 
 
 def _converted(message: ChatMessage, index: int | None, message_id: str | None) -> Message:
-    """:func:`message_from_llama_index` with ``message_id`` (default a new uuid)."""
+    """[`message_from_llama_index`][llama_index.memory.contextfold.message_from_llama_index] with
+    ``message_id`` (default a new uuid)."""
     if not isinstance(message, ChatMessage):
         raise ConversionError(
             f"expected llama_index ChatMessage, got {type(message).__name__}", index=index
@@ -149,7 +150,8 @@ def _converted(message: ChatMessage, index: int | None, message_id: str | None) 
 
 PIN_KEY = "contextfold"
 """The ``additional_kwargs`` key whose ``"metadata"`` becomes the core message's metadata
-(``{"pinned": True}`` from :func:`pin`); it rides back out with the other kwargs."""
+(``{"pinned": True}`` from [`pin`][llama_index.memory.contextfold.pin]); it rides back out with the
+other kwargs."""
 
 
 def _own_metadata(kwargs: dict[str, Any]) -> dict[str, Any]:

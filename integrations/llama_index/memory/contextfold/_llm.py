@@ -225,7 +225,7 @@ class CompactingLLM(FunctionCallingLLM):
                          idle=lambda reason, view: idle_response(reason))
 
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        """The async form of :meth:`chat`."""
+        """The async form of [`chat`][llama_index.memory.contextfold.CompactingLLM.chat]."""
         loop = self._loop(messages)
 
         async def send(view: View[ChatMessage]) -> ChatResponse:
@@ -250,7 +250,8 @@ class CompactingLLM(FunctionCallingLLM):
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        """The async form of :meth:`stream_chat`."""
+        """The async form of
+        [`stream_chat`][llama_index.memory.contextfold.CompactingLLM.stream_chat]."""
         loop = self._loop(messages)
 
         async def send(

@@ -52,9 +52,10 @@ DEFAULT_CONTEXT_WINDOW = 30_000
 class CompactingMemory(BaseMemory):
     """Chat memory that keeps the full history in a store and returns a compacted view.
 
-    Build it with :meth:`from_defaults`. ``session_id`` names the conversation in the store
-    (and in events); ``system_prompt`` is the system prompt the agent prepends to what
-    ``get`` returns, counted against the budget but not stored.
+    Build it with [`from_defaults`][llama_index.memory.contextfold.CompactingMemory.from_defaults].
+    ``session_id`` names the conversation in the store (and in events); ``system_prompt`` is the
+    system prompt the agent prepends to what ``get`` returns, counted against the budget but not
+    stored.
     """
 
     session_id: str = Field(default_factory=lambda: "session-" + uuid.uuid4().hex)
@@ -230,7 +231,8 @@ class CompactingMemory(BaseMemory):
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
-        """The async form of :meth:`get` (summaries are awaited)."""
+        """The async form of [`get`][llama_index.memory.contextfold.CompactingMemory.get] (summaries
+        are awaited)."""
         history = _settled(await self._aloaded())
         if not _compactable(history):
             return to_llama_index(history)
@@ -247,7 +249,8 @@ class CompactingMemory(BaseMemory):
         return to_llama_index(self._loaded())
 
     async def aget_all(self) -> list[ChatMessage]:
-        """The async form of :meth:`get_all`."""
+        """The async form of
+        [`get_all`][llama_index.memory.contextfold.CompactingMemory.get_all]."""
         return to_llama_index(await self._aloaded())
 
     # -- writing ---------------------------------------------------------------------
@@ -257,7 +260,7 @@ class CompactingMemory(BaseMemory):
         self.put_messages([message])
 
     async def aput(self, message: ChatMessage) -> None:
-        """The async form of :meth:`put`."""
+        """The async form of [`put`][llama_index.memory.contextfold.CompactingMemory.put]."""
         await self.aput_messages([message])
 
     def put_messages(self, messages: list[ChatMessage]) -> None:
@@ -276,7 +279,8 @@ class CompactingMemory(BaseMemory):
         history.extend(converted)
 
     async def aput_messages(self, messages: list[ChatMessage]) -> None:
-        """The async form of :meth:`put_messages`."""
+        """The async form of
+        [`put_messages`][llama_index.memory.contextfold.CompactingMemory.put_messages]."""
         converted = _counted(from_llama_index(messages), self._parts)
         history = await self._aloaded()
         await self._io(self.store.append, self.session_id, converted)
@@ -290,7 +294,7 @@ class CompactingMemory(BaseMemory):
         self._replaced(list(converted))
 
     async def aset(self, messages: list[ChatMessage]) -> None:
-        """The async form of :meth:`set`."""
+        """The async form of [`set`][llama_index.memory.contextfold.CompactingMemory.set]."""
         converted = from_llama_index(messages)
         await self._io(self.store.clear, self.session_id)
         await self._io(self.store.append, self.session_id, converted)
@@ -302,7 +306,7 @@ class CompactingMemory(BaseMemory):
         self._replaced([])
 
     async def areset(self) -> None:
-        """The async form of :meth:`reset`."""
+        """The async form of [`reset`][llama_index.memory.contextfold.CompactingMemory.reset]."""
         await self._io(self.store.clear, self.session_id)
         self._replaced([])
 
@@ -316,7 +320,8 @@ class CompactingMemory(BaseMemory):
     # -- serialization ---------------------------------------------------------------
 
     def to_dict(self, **kwargs: Any) -> dict[str, Any]:
-        """A JSON-safe description (see :mod:`._serde` for what survives a new process)."""
+        """A JSON-safe description (see the `_serde` module for what survives a new
+        process)."""
         parts = self._parts
         return {
             "class_name": self.class_name(),
@@ -333,8 +338,9 @@ class CompactingMemory(BaseMemory):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> CompactingMemory:  # type: ignore[override]
-        """Rebuild a memory from :meth:`to_dict`; ``policy=``, ``summarizer=``, ``store=``,
-        ``counter=`` override what the dict describes."""
+        """Rebuild a memory from
+        [`to_dict`][llama_index.memory.contextfold.CompactingMemory.to_dict]; ``policy=``,
+        ``summarizer=``, ``store=``, ``counter=`` override what the dict describes."""
         session_id = str(data["session_id"])
         parts = _serde.find_live(data.get("live"))
         if parts is None or kwargs:

@@ -1,8 +1,8 @@
 """Search tools over the history store as LlamaIndex ``FunctionTool``s.
 
-The framework-neutral specs from :func:`contextfold.search_tools` (name, description, JSON
-schema, callable) become ``FunctionTool``s whose argument schema is the spec's schema, so
-the model sees exactly what the core promises. Each tool reads one session only.
+The framework-neutral specs from [`contextfold.search_tools`][contextfold.stores.search_tools]
+(name, description, JSON schema, callable) become ``FunctionTool``s whose argument schema is the
+spec's schema, so the model sees exactly what the core promises. Each tool reads one session only.
 """
 
 from __future__ import annotations
