@@ -1,17 +1,22 @@
 """For code that connects contextfold to a framework or a provider: the adapters use it.
 
 An adapter converts messages and sends them; everything else about a model call is the
-:class:`CallLoop` (one per conversation, kept by :class:`Conversations`): compaction with
-every fixed cost counted, the overflow retry below the provider's stated limit,
-calibration from the reported :class:`Usage`, the idle decision and persistence with
-:func:`stable_id` (:func:`with_stable_id` gives a converted message that id), the token
-counts kept beside the stored messages included (:class:`CountKeeper`, which an adapter
-that stores messages itself uses directly). Provider
-errors are read with :func:`overflow_of` and :func:`error_kind`; LLM summarizers build
-their prompt with :func:`summary_prompt`, or repeat the agent's previous request with
-:func:`cache_true_messages` (cache-true requests, :class:`SentRequest`). :func:`message_to_dict` and
-:func:`message_from_dict` are the stores' JSON form of a message (a framework's own
-serialization can embed it).
+[`CallLoop`][contextfold.integration.CallLoop] (one per conversation, kept by
+[`Conversations`][contextfold.integration.Conversations]): compaction with every fixed cost counted,
+the overflow retry below the provider's stated limit, calibration from the reported
+[`Usage`][contextfold.integration.Usage], the idle decision and persistence with
+[`stable_id`][contextfold.integration.stable_id]
+([`with_stable_id`][contextfold.integration.with_stable_id] gives a converted message that id), the
+token counts kept beside the stored messages included
+([`CountKeeper`][contextfold.integration.CountKeeper], which an adapter that stores messages itself
+uses directly). Provider errors are read with [`overflow_of`][contextfold.integration.overflow_of]
+and [`error_kind`][contextfold.integration.error_kind]; LLM summarizers build their prompt with
+[`summary_prompt`][contextfold.integration.summary_prompt], or repeat the agent's previous request
+with [`cache_true_messages`][contextfold.integration.cache_true_messages] (cache-true requests,
+[`SentRequest`][contextfold.integration.SentRequest]).
+[`message_to_dict`][contextfold.integration.message_to_dict] and
+[`message_from_dict`][contextfold.integration.message_from_dict] are the stores' JSON form of a
+message (a framework's own serialization can embed it).
 """
 
 from ._contract.policy import SentRequest

@@ -114,7 +114,7 @@ class Engine:
 
     def loop(self, config: RunnableConfig | None, run: str | None = None) -> Loop:
         """The loop of a call: its thread id's, else its run's (``run``: a key from
-        :func:`new_run_key` the run carries), else one for this call alone."""
+        `new_run_key` the run carries), else one for this call alone."""
         key = thread_key(config)
         if key is not None:
             return self.conversations.get(key)

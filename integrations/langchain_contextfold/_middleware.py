@@ -125,7 +125,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return {RUN_FIELD: new_run_key()}
 
     async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """The async form of :meth:`before_agent`."""
+        """The async form of
+        [`before_agent`][langchain_contextfold.CompactionMiddleware.before_agent]."""
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -151,7 +152,8 @@ class CompactionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """The async form of :meth:`after_agent`."""
+        """The async form of
+        [`after_agent`][langchain_contextfold.CompactionMiddleware.after_agent]."""
         return self.after_agent(state, runtime)
 
     def _begin(self, request: ModelRequest) -> tuple[Loop, list[BaseMessage], Any]:

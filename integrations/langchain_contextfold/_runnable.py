@@ -1,11 +1,12 @@
 """``with_compaction``: one line makes a chat model (or a chain around one) compaction-aware.
 
-The wrapper is a ``BaseChatModel`` subclass, :class:`CompactingChatModel`, not a generic
-``Runnable``: LangChain's agents (``create_agent``, LangGraph's prebuilt agent) accept only
-chat models, and a chat model keeps ``invoke``/``ainvoke``/``stream``/``astream``/``batch``/
-``abatch``, callbacks, caching and rate limiting working as users expect. ``bind_tools``
-and ``with_structured_output`` ask the wrapped model to do the binding (so provider-native
-tool formats and structured output stay) and put the wrapper back in front.
+The wrapper is a ``BaseChatModel`` subclass,
+[`CompactingChatModel`][langchain_contextfold.CompactingChatModel], not a generic ``Runnable``:
+LangChain's agents (``create_agent``, LangGraph's prebuilt agent) accept only chat models, and a
+chat model keeps ``invoke``/``ainvoke``/``stream``/``astream``/``batch``/ ``abatch``, callbacks,
+caching and rate limiting working as users expect. ``bind_tools`` and ``with_structured_output`` ask
+the wrapped model to do the binding (so provider-native tool formats and structured output stay) and
+put the wrapper back in front.
 
 The wrapped model runs as a child run (visible in LangSmith traces with the compacted
 input) with streaming handlers removed, so tokens reach ``astream_events`` and LangGraph's
@@ -95,10 +96,10 @@ def _streaming_run(kwargs: dict[str, Any], cls: type[M]) -> M | None:
 class CompactingChatModel(BaseChatModel):
     """A chat model that compacts its input before the wrapped model sees it.
 
-    Build it with :func:`with_compaction`. One Compactor per conversation, keyed by
-    ``config["configurable"]["thread_id"]`` (or ``session_id``). A call without one is a
-    conversation of its own: it is compacted from scratch, nothing of it is kept after the
-    call and nothing is stored (give a ``thread_id`` to keep rolling compaction, idle
+    Build it with [`with_compaction`][langchain_contextfold.with_compaction]. One Compactor per
+    conversation, keyed by ``config["configurable"]["thread_id"]`` (or ``session_id``). A call
+    without one is a conversation of its own: it is compacted from scratch, nothing of it is kept
+    after the call and nothing is stored (give a ``thread_id`` to keep rolling compaction, idle
     detection and the stored history across calls).
     """
 
@@ -363,9 +364,10 @@ def with_compaction(
             wrapped.
         policy: the compaction policy (``cf.ThresholdPolicy()``...).
         budget: the token budget of the model.
-        summarizer: makes summaries; default a :class:`ChatModelSummarizer` over the
-            wrapped model: each summary is one more request to that model, billed like
-            the others (its input is the span being summarized, its output the summary; a
+        summarizer: makes summaries; default a
+            [`ChatModelSummarizer`][langchain_contextfold.ChatModelSummarizer] over the wrapped
+            model: each summary is one more request to that model, billed like the others (its input
+                is the span being summarized, its output the summary; a
             span longer than the model's window takes a request per part and one to merge
             them). ``report.llm_calls`` and the ``contextfold_compaction`` event's
             ``llm_calls`` count them. Pass ``cf.ExtractiveSummarizer()`` for summaries
@@ -375,8 +377,8 @@ def with_compaction(
         max_conversations: conversations (thread ids) kept in memory.
 
     Returns:
-        A :class:`CompactingChatModel` for a chat model, else the runnable with its chat
-        model wrapped.
+        A [`CompactingChatModel`][langchain_contextfold.CompactingChatModel] for a chat model, else
+        the runnable with its chat model wrapped.
 
     Raises:
         ConfigurationError: nothing to wrap, or a bad policy or budget.

@@ -61,9 +61,9 @@ class SentRequest:
     """The messages last sent, in order (the system prompt included), followed by those
     appended since when the span reaches into them."""
     positions: tuple[int, ...]
-    """Where the span's messages are in :attr:`messages` (0-based, increasing). A policy
-    may leave messages inside its range out of the span (earlier summaries it keeps as
-    they were written), so the span is named message by message, as ranges."""
+    """Where the span's messages are in [`messages`][contextfold.integration.SentRequest.messages]
+    (0-based, increasing). A policy may leave messages inside its range out of the span (earlier
+    summaries it keeps as they were written), so the span is named message by message, as ranges."""
     tools: tuple[Mapping[str, Any], ...] = ()
     """The tool definitions sent with that request (OpenAI's tool dicts), in order."""
 

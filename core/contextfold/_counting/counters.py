@@ -192,9 +192,9 @@ class _BaseCounter:
         return message.derived("tokens:" + self.name, self._count_uncached)
 
     def count_each(self, messages: Sequence[Message]) -> list[int]:
-        """:meth:`count_message` of each message. The messages no count is cached on yet
+        """`count_message` of each message. The messages no count is cached on yet
         are counted together, on parallel threads when a counter can (see
-        :meth:`TiktokenCounter._count_uncounted`), and their counts cached as one by one."""
+        `TiktokenCounter._count_uncounted`), and their counts cached as one by one."""
         key = "tokens:" + self.name
         fresh = [m for m in messages if not m.has_derived(key)]
         if fresh:
@@ -204,7 +204,7 @@ class _BaseCounter:
 
     def _count_uncounted(self, messages: list[Message]) -> None:
         """Count and cache ``messages`` (none counted yet) together, for a counter that can
-        do it faster than one by one; here nothing is done, and :meth:`count_message`
+        do it faster than one by one; here nothing is done, and `count_message`
         counts each (a counter that caches no count, as an endpoint's fallback, is then
         never asked twice)."""
 
@@ -412,7 +412,7 @@ class TiktokenCounter(_BaseCounter):
         history nobody counted: a resumed thread, a first call) are cut into one run of
         messages per worker and counted on parallel threads: tiktoken releases the GIL
         while it encodes, so the threads' Python work overlaps the others' encoding. The
-        counts are the ones :meth:`count_message` gives, cached on each message the same
+        counts are the ones `count_message` gives, cached on each message the same
         way; a subclass that counts otherwise is counted one by one."""
         cls = type(self)
         if (_WORKERS == 1 or cls.count_text is not TiktokenCounter.count_text

@@ -5,7 +5,7 @@ Anthropic's ``POST /v1/messages/count_tokens``, Gemini's ``countTokens``. Each m
 sent once, as the text of one user message, and its count is kept on the message like any
 other counter's, so an agent loop pays one request per new message, and a cold history is
 counted by several requests at a time. Answers are also kept by content (a digest of the
-request's text, :data:`ANSWERS_KEPT` of them): the same text in another message object (a
+request's text, `ANSWERS_KEPT` of them): the same text in another message object (a
 policy's cut made again at the next call, a line of a summary) is never asked twice.
 
 A request that fails is never the agent's failure: an error of the client, or an answer
@@ -49,7 +49,8 @@ logger = logging.getLogger("contextfold")
 _PROBE = "a"  # one token in every tokenizer: its request measures the endpoint's framing
 
 ANSWERS_KEPT = 65_536
-"""Answers an :class:`EndpointCounter` keeps by content (least recently used dropped)."""
+"""Answers an [`EndpointCounter`][contextfold.EndpointCounter] keeps by content (least recently used
+dropped)."""
 
 
 class _Failed(Exception):
@@ -60,7 +61,7 @@ _Asked = TypeVar("_Asked")
 
 
 def _usable(ask: Callable[[_Asked], Any], what: _Asked) -> int:
-    """The endpoint's answer to ``ask(what)`` as a whole number of tokens; :class:`_Failed`
+    """The endpoint's answer to ``ask(what)`` as a whole number of tokens; `_Failed`
     when the request raises or answers anything else (None, a string, NaN, a negative)."""
     try:
         answer = ask(what)
@@ -87,7 +88,7 @@ class EndpointCounter(_BaseCounter):
         count_tools: Returns the provider's count of tool definitions as a request carries
             them (the system prompt a provider adds for tools included); default: their
             JSON text through ``count`` plus the fallback's ``tool_prompt`` (Claude's
-            tool-use system prompt, :data:`~contextfold._counting.counters.TOOL_USE_PROMPTS`).
+            tool-use system prompt, `TOOL_USE_PROMPTS`).
 
     The framing of one request (what the endpoint adds around a one-token message) is
     measured once and subtracted, so each message counts its own text plus the per-message
@@ -162,7 +163,7 @@ class EndpointCounter(_BaseCounter):
     # -- asking the endpoint -------------------------------------------------------------
 
     def _request(self, text: str) -> int:
-        """The endpoint's answer for ``text``; :class:`_Failed` when it gives none usable."""
+        """The endpoint's answer for ``text``; `_Failed` when it gives none usable."""
         return _usable(self._count, text)
 
     def _framing_tokens(self) -> int:

@@ -6,7 +6,7 @@ next compaction in the background, on the view it has just sent, as soon as eith
 
 * the projected next call crosses the trigger: the view just sent plus the largest of
   the last few steps (what a call added to what the previous one sent) is past it
-  (:class:`Growth`); a conversation that grows by whole documents starts one call
+  (`Growth`); a conversation that grows by whole documents starts one call
   before the jump; or
 * the conversation passes ``budget.prepare`` (60% of the input budget by default), the
   latest point at which preparing starts (``prepare=None`` turns preparing off)::

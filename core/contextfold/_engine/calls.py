@@ -12,15 +12,16 @@ and the send; everything else about a call happens here, the same for every fram
                                        overflowing again raises ContextOverflowError
       ->  calibrate from the reported usage, reset the nudge counter
 
-The steps are one generator (:meth:`CallLoop.flow`) that yields two kinds of effects,
-``Compact`` and ``Send``; a sync and an async driver (:meth:`CallLoop.call`,
-:meth:`CallLoop.acall`) perform them, so both calling styles share every decision (the
-sans-IO shape of httpx's auth flows).
+The steps are one generator ([`CallLoop.flow`][contextfold.integration.CallLoop.flow]) that yields
+two kinds of effects, ``Compact`` and ``Send``; a sync and an async driver
+([`CallLoop.call`][contextfold.integration.CallLoop.call],
+[`CallLoop.acall`][contextfold.integration.CallLoop.acall]) perform them, so both calling styles
+share every decision (the sans-IO shape of httpx's auth flows).
 
-:class:`Conversations` keeps one loop per conversation, least recently used dropped first.
-Conversations are told apart only by an explicit key: the adapters give a call that names
-no conversation a loop of its own for its run (never one found by its content, which two
-users who open alike would share).
+[`Conversations`][contextfold.integration.Conversations] keeps one loop per conversation, least
+recently used dropped first. Conversations are told apart only by an explicit key: the adapters give
+a call that names no conversation a loop of its own for its run (never one found by its content,
+which two users who open alike would share).
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class View(Generic[F]):
     """True for the one send after a context overflow."""
     request: Mapping[str, Any] = field(default_factory=dict)
     """Provider request fields the policy sends with every call (``betas``,
-    ``context_management``...: :func:`~contextfold.providers.request_fields`); the adapter
-    adds them to the call."""
+    ``context_management``...: [`request_fields`][contextfold.providers.request_fields]); the
+    adapter adds them to the call."""
 
     @property
     def changed(self) -> bool:
@@ -128,8 +129,8 @@ def stable_id(position: int, message: Message) -> str:
 
 
 def with_stable_id(position: int, message: Message) -> Message:
-    """``message`` with the id :func:`stable_id` gives it at ``position`` (a copy, made
-    without building and checking the message again)."""
+    """``message`` with the id [`stable_id`][contextfold.integration.stable_id] gives it at
+    ``position`` (a copy, made without building and checking the message again)."""
     return _with_id(message, stable_id(position, message))
 
 
@@ -162,13 +163,13 @@ class CallLoop(Generic[F]):
     Args:
         compactor: the conversation's Compactor (policy, budget, summarizer, store).
         to_core: converts one framework message at a position of the conversation. Give a
-            message that has no id of its own :func:`stable_id`.
+            message that has no id of its own [`stable_id`][contextfold.integration.stable_id].
         from_core: converts one core message back, for messages the policy made or changed.
         store: where every message the conversation sees is appended once (by id); default
             the compactor's store. ``persist=False`` turns persistence off. The token counts
             the compactor's counter makes of stored messages are kept there too, and a
             resumed conversation (its messages converted again, same ids) reuses the counts
-            kept for them (:class:`~contextfold._engine.kept_counts.CountKeeper`).
+            kept for them ([`CountKeeper`][contextfold.integration.CountKeeper]).
         overflow_classes: the framework's own context-overflow exception classes.
 
     Calls of one loop are serialised (a lock for sync calls; async callers of one loop
@@ -278,8 +279,8 @@ class CallLoop(Generic[F]):
         Args:
             messages: the whole conversation as the framework holds it.
             send: calls the model with the view's messages; raises the provider's error.
-            usage: reads the reply's usage (``None`` for a stream: call :meth:`delivered`
-                when it ends).
+            usage: reads the reply's usage (``None`` for a stream: call
+                [`delivered`][contextfold.integration.CallLoop.delivered] when it ends).
             tools: the tool definitions sent with the call (counted).
             extra_tokens: other prompt text the framework adds that is not in ``messages``
                 (retrieved context, a structured-output schema).
@@ -315,8 +316,8 @@ class CallLoop(Generic[F]):
         extra_tokens: int = 0,
         idle: Callable[[str, View[F]], R | Awaitable[R]] | None = None,
     ) -> R:
-        """The async form of :meth:`call` (summaries and the send are awaited; so is the
-        idle reply when ``idle`` returns an awaitable)."""
+        """The async form of [`call`][contextfold.integration.CallLoop.call] (summaries and the send
+        are awaited; so is the idle reply when ``idle`` returns an awaitable)."""
         flow = self.flow(messages)
         value: Any = None
         error: BaseException | None = None
@@ -362,7 +363,7 @@ class CallLoop(Generic[F]):
     async def aview(
         self, messages: Sequence[F], *, tools: Tools | None = None, extra_tokens: int = 0,
     ) -> View[F]:
-        """The async form of :meth:`view`."""
+        """The async form of [`view`][contextfold.integration.CallLoop.view]."""
         core = self._take_up(messages)
         result = await self.compactor.acompact(core, tools=tools, extra_tokens=extra_tokens,
                                                complete=False)
@@ -372,7 +373,8 @@ class CallLoop(Generic[F]):
 
     @property
     def last_input(self) -> list[F]:
-        """The messages of the last call (or :meth:`record`), as the framework gave them."""
+        """The messages of the last call (or [`record`][contextfold.integration.CallLoop.record]),
+        as the framework gave them."""
         return list(self._in)
 
     def record(self, messages: Sequence[F]) -> None:
@@ -516,9 +518,10 @@ class CallLoop(Generic[F]):
             self._counts.flush(full=result is not None and result.report.method != "none")
 
     def _take_up(self, messages: Sequence[F]) -> list[Message]:
-        """:meth:`to_core`, after taking up what another process (a restart, another
-        worker) did since this loop last served the conversation: the messages it stored
-        are read again, so none is stored twice, and its compaction state is resumed."""
+        """[`to_core`][contextfold.integration.CallLoop.to_core], after taking up what another
+        process (a restart, another worker) did since this loop last served the conversation: the
+        messages it stored are read again, so none is stored twice, and its compaction state is
+        resumed."""
         held = None if self._states is None else self._states.get_state(self.key)
         if held is None or held[0] == self._version:
             return self.to_core(messages)
@@ -595,7 +598,8 @@ def _noted(into: list[Message], message: Message) -> Message:
 
 
 class Conversations(Generic[F]):
-    """One :class:`CallLoop` per conversation key, the least recently used dropped first.
+    """One [`CallLoop`][contextfold.integration.CallLoop] per conversation key, the least recently
+    used dropped first.
 
     Args:
         make: builds the loop of a new key.

@@ -3,29 +3,30 @@ are one-shot compactors. Every compaction in the library goes through this one p
 
 One call, in order:
 
-1. **Plan** (:mod:`.decision`): what the call works on, and the fast paths that answer it
-   without running the policy (an extension, or a valid input, under the trigger).
+1. **Plan** (`contextfold._engine.decision`): what the call works on, and the fast paths that answer
+   it without running the policy (an extension, or a valid input, under the trigger).
 2. **Prepare.** Check the input's types, repair the in-flight view of an invalid history
-   (never the caller's list) and build the policy's :class:`~contextfold.policy.CompactionContext`.
-3. **Drive** (:mod:`.drive`). Run the policy's generator, answering its summary requests
-   through the summary service (sync or async: the policy is written once).
+   (never the caller's list) and build the policy's
+   [`CompactionContext`][contextfold.policy.CompactionContext].
+3. **Drive** (`contextfold._engine.drive`). Run the policy's generator, answering its summary
+   requests through the summary service (sync or async: the policy is written once).
 4. **Finish.** Validate the output (format rules and budget), keep the originals behind the
-   handles the policy gave and the handles of what it left out (:mod:`.books`), build the
-   report with the usage breakdown, emit events.
+   handles the policy gave and the handles of what it left out (`contextfold._engine.books`), build
+   the report with the usage breakdown, emit events.
 
 Calibration: ``observe_usage`` records the provider's input tokens; the next decision uses
 ``max(estimate, reported + estimate of what was added since)``, that estimate scaled by
-how the provider's count of the last request compared with ours (:mod:`.calibration`).
+how the provider's count of the last request compared with ours (`contextfold._engine.calibration`).
 ``compact(messages, force=True)`` compacts regardless of the trigger (the overflow-retry
 path); a forced pass that cannot shrink the context makes the next forced call raise
-:class:`NoProgressError` at once instead of looping.
+[`NoProgressError`][contextfold.errors.NoProgressError] at once instead of looping.
 
 A policy whose output must be rebuilt on every call (a loop slice, a nudge) declares
 ``always_run = True``; the Compactor then runs it on the full input every time.
 
 Ahead of time: with an LLM summarizer, once an appended call passes ``budget.prepare`` the
 next compaction runs in the background on the view just sent, and the call that crosses
-the trigger sends its output plus what was appended since (:mod:`.ahead`).
+the trigger sends its output plus what was appended since (`contextfold._engine.ahead`).
 
 Reports describe the input a call worked on: the previous output plus the new messages
 when the call was incremental (``details["incremental"]``), else the caller's input.
@@ -113,9 +114,9 @@ def compact(
 ) -> CompactionResult:
     """Compact ``messages`` once with ``policy`` so they fit ``budget``.
 
-    A one-shot :class:`Compactor`: no state carries over to the next call. Originals
-    behind handles are kept in the module-level reference cache
-    (:func:`~contextfold.stores.default_references`).
+    A one-shot [`Compactor`][contextfold.Compactor]: no state carries over to the next call.
+    Originals behind handles are kept in the module-level reference cache
+    ([`default_references`][contextfold.stores.default_references]).
 
     Args:
         messages: the history, oldest first. Never modified.
@@ -149,7 +150,8 @@ async def acompact(
     known_tokens: int | None = None,
     now: datetime | None = None,
 ) -> CompactionResult:
-    """The async form of :func:`compact`: summaries are awaited (``asummarize``)."""
+    """The async form of [`compact`][contextfold.compact]: summaries are awaited
+    (``asummarize``)."""
     compactor = _one_shot(policy, budget, counter, summarizer, tools)
     plan = compactor._plan(messages, force, tools, known_tokens=known_tokens, now=now,
                            passes=False)
@@ -172,7 +174,7 @@ class Compactor(CallDecision):
         budget: the token budget.
         counter: how to count; default ``counter_for_model(budget.model)``.
         summarizer: makes summaries (an LLM through an adapter); default
-            :class:`ExtractiveSummarizer`, which needs no LLM.
+            [`ExtractiveSummarizer`][contextfold.ExtractiveSummarizer], which needs no LLM.
         store: the history store; when it can hold summaries (``SummaryStore``) the summary
             cache is persisted there, when it can hold originals (``ReferenceStore``) the
             originals behind handles go there. Policies may read it (sliding-window lookups).
@@ -182,8 +184,9 @@ class Compactor(CallDecision):
         cache: the in-memory summary cache; default ``LRUSummaryCache()``.
         on_summary_failure: ``"extractive"`` (the fallback summary) or ``"notice"`` (the
             policy writes its failure notice) when the summarizer fails.
-        listeners: callables receiving events (:class:`~contextfold.CompactionStarted`,
-            :class:`~contextfold.CompactionApplied`, :class:`~contextfold.ConversationIdle`).
+        listeners: callables receiving events ([`CompactionStarted`][contextfold.CompactionStarted],
+            [`CompactionApplied`][contextfold.CompactionApplied],
+            [`ConversationIdle`][contextfold.ConversationIdle]).
         references: where originals behind handles are kept when the store does not keep
             them (no store, or no ``conversation_id``); default ``ReferenceCache()``.
 
@@ -256,7 +259,7 @@ class Compactor(CallDecision):
     @property
     def learning(self) -> LearnedImportance:
         """What this conversation taught about importance: the originals the agent read
-        back and the search hits it needed (kept in :attr:`state`)."""
+        back and the search hits it needed (kept in [`state`][contextfold.Compactor.state])."""
         return learning_of(self._state)
 
     def add_listener(self, listener: Listener) -> Listener:
@@ -307,7 +310,7 @@ class Compactor(CallDecision):
 
     def saved_state(self) -> str:
         """What the next call builds on, as a document for the conversation's store
-        (:mod:`~contextfold._engine.saved`): the prefix as sent, calibration, nudges."""
+        (`saved`): the prefix as sent, calibration, nudges."""
         state = self._state
         return Saved(
             prefix=dump_prefix(self._prefix, self._seen_digest), known=self._known,
@@ -336,10 +339,10 @@ class Compactor(CallDecision):
                               moment, in_loop=False)
 
     def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
-        """Take up a state :meth:`saved_state` wrote (in this process or another), for a
-        call whose input is ``messages``. The prefix is taken only when ``messages`` starts
-        with the very messages it was made from; a document that does not read leaves
-        this Compactor as it was. True when the prefix was taken."""
+        """Take up a state [`saved_state`][contextfold.Compactor.saved_state] wrote (in this process
+        or another), for a call whose input is ``messages``. The prefix is taken only when
+        ``messages`` starts with the very messages it was made from; a document that does not read
+        leaves this Compactor as it was. True when the prefix was taken."""
         saved = Saved.loads(text)
         if saved is None:
             return False
@@ -378,7 +381,7 @@ class Compactor(CallDecision):
     def request_compaction(self, focus: str = "") -> None:
         """Compact at the next call whatever the trigger says (the application asks; the
         model's ``compact_context`` call in the messages asks the same, see
-        :mod:`~contextfold._engine.controls`).
+        `controls`).
 
         Args:
             focus: what the compaction must keep above all; summaries made by that pass are
@@ -426,7 +429,7 @@ class Compactor(CallDecision):
         self, messages: Sequence[Message], *, force: bool = False, tools: Tools | None = None,
         extra_tokens: int = 0, complete: bool = True,
     ) -> CompactionResult:
-        """The async form of :meth:`compact` (summaries are awaited)."""
+        """The async form of [`compact`][contextfold.Compactor.compact] (summaries are awaited)."""
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         if isinstance(plan, CompactionResult):
             self._prepare_ahead(in_loop=True)
@@ -675,8 +678,8 @@ class Compactor(CallDecision):
 
     def _prepare_ahead(self, *, in_loop: bool) -> None:
         """Start the next compaction in the background when the projected growth crosses
-        the trigger or an appended call passed ``budget.prepare`` (see :mod:`.ahead`). It
-        aims below the target by what the conversation is expected to grow until the call
+        the trigger or an appended call passed ``budget.prepare`` (see `contextfold._engine.ahead`).
+        It aims below the target by what the conversation is expected to grow until the call
         that crosses the trigger (at least to the trigger), so that call lands at the
         target; not at all when that leaves less than a tenth of the budget."""
         budget, summarizer, prefix = self.budget, self.summarizer, self._prefix

@@ -48,7 +48,7 @@ def _extended(h: Any, messages: Sequence[Message]) -> Any:
 
 
 class SeenDigest:
-    """:func:`digest` of a prefix's input, carried forward as the input grows (a call
+    """`digest` of a prefix's input, carried forward as the input grows (a call
     appends to the same list), so writing the state after each call does not hash the
     whole conversation again."""
 

@@ -3,7 +3,8 @@
 A coding agent later writes ``ReviewTokenStore``, ``_trim_end``, ``cache.get_or_load`` or
 ``conftest.py``; a customer-service agent writes the card's last four digits (``9725``),
 a quoted code (``"SDZQKO"``) or the value it passed to a tool (``"gold"``). None of these
-holds a digit next to a letter, a slash or an "@", so :mod:`.values` does not see them::
+holds a digit next to a letter, a slash or an "@", so `contextfold._identifiers.values` does not see
+them::
 
     >>> names_in('def _trim_end(self): return ReviewTokenStore.open("gold", 9725)')
     ['_trim_end', 'ReviewTokenStore.open', 'ReviewTokenStore', 'gold', '9725']
@@ -13,7 +14,7 @@ Kinds, in the order tried at one position: dotted names (``os.path.join``, a fil
 SCREAMING_CASE names (``_trim_end``, ``MAX_RETRIES``), numbers of four or more digits, and
 quoted values (a JSON key is not one); then function and method names, from their
 definitions and calls. Every repeat is bounded and runs of identifier characters too long
-to be one are skipped (:func:`.values.pieces`), so a scan is linear in the text.
+to be one are skipped (`.values.pieces`), so a scan is linear in the text.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _keep(seen: dict[str, None], value: str) -> None:
 
 
 def names_of(message: Message) -> tuple[str, ...]:
-    """:func:`names_in` of a message's text and tool-call arguments, with the values it
+    """`names_in` of a message's text and tool-call arguments, with the values it
     passed to tools (computed once per message)."""
     return message.derived("names", _names_of)
 

@@ -136,7 +136,7 @@ _LONG_RUN = re.compile(rf"(?<![\w.+@-])[\w.+@-]{{{_LONG + 1},}}")
 
 
 def _windows(text: str) -> Iterator[tuple[int, int]]:
-    """:func:`_candidate_windows`, made as they are read, without the runs of identifier
+    """`_candidate_windows`, made as they are read, without the runs of identifier
     characters longer than ``_LONG`` (each read once, from its start)."""
     for start, end in _merged_windows(text):
         if end - start <= _LONG:
@@ -209,7 +209,7 @@ def _line_end(text: str, start: int) -> int:
 
 
 def _key_windows(text: str) -> Iterator[tuple[int, int]]:
-    """The windows of the key characters' tokens (see :func:`_candidate_windows`)."""
+    """The windows of the key characters' tokens (see `_candidate_windows`)."""
     start = end = -1
     rfind = text.rfind
     for match in _KEY_RUN.finditer(text):
@@ -243,8 +243,8 @@ def extract_identifiers(text: str) -> list[str]:
 
 
 def _distinct(text: str) -> Iterator[str]:
-    """:func:`extract_identifiers`, found as they are read (the text is scanned only as far
-    as the values taken)."""
+    """[`extract_identifiers`][contextfold.policy.extract_identifiers], found as they are read (the
+    text is scanned only as far as the values taken)."""
     seen: set[str] = set()
     scan = _PATTERN.finditer
     for start, end in _windows(text):

@@ -11,16 +11,16 @@ merges into, never re-summarizes::
     - [ctx_0f9e8d7c6b5a] user: Use the corporate card ending in 9725, not the personal one. -> 9725
     - [ctx_9a8b7c6d5e4f] decided: We will ship the order on Monday.
 
-A line lists every identifier of its item (values and names, :mod:`~contextfold._identifiers`)
+A line lists every identifier of its item (values and names, `_identifiers`)
 most salient first, each once across the ledger and none that is still in view. The room
-adapts to what the compacted part holds: at least :attr:`Ledger.share` of the budget, up to
-:attr:`Ledger.max_share` of the target when the span is dense with identifiers; the policy it
+adapts to what the compacted part holds: at least `Ledger.share` of the budget, up to
+`Ledger.max_share` of the target when the span is dense with identifiers; the policy it
 wraps compacts into the rest. When the lines outgrow the room, the least salient
 identifiers go first, then whole entries, the least used first (an entry is used when its
 identifiers appear again in what stays in view); a line says how many, and the originals
 behind the handles still hold them.
 
-:func:`run_with_ledger` wraps any policy's run: it takes the previous ledger out of the
+`run_with_ledger` wraps any policy's run: it takes the previous ledger out of the
 input, runs the policy with the ledger's room reserved, records what the policy removed or
 cut, and puts the merged ledger back just before the newest group.
 """
@@ -134,7 +134,7 @@ def ledger_entries(message: Message) -> list[dict[str, Any]]:
 
 def _held_entries(message: Message) -> tuple[_Entry, ...] | None:
     """The entries of a ledger message (``None`` when it is not one: a payload of another
-    shape makes it ordinary content, :mod:`~contextfold._lossless.ledger_payload`)."""
+    shape makes it ordinary content, `ledger_payload`)."""
     raw = payload_entries(message)
     if raw is None:
         return None
@@ -159,7 +159,7 @@ def run_with_ledger(
     under the hard budget instead, and the ledger takes at most that room after it ran.
 
     ``frozen`` is the end of the part a rolling pass leaves byte-identical
-    (:mod:`~contextfold._policies.rolling`): the earlier ledgers in it stay where they are,
+    (`rolling`): the earlier ledgers in it stay where they are,
     and the new entries (those no earlier ledger holds) go in a ledger of their own right
     after the pass's summary, within what the earlier ones left of the ledger's room.
     ``share`` is the part of its room a merged ledger may fill (the rest is left to the
@@ -234,7 +234,7 @@ def _run_rolling(
     run: Callable[[Sequence[Message], CompactionContext], PolicyRun],
     messages: Sequence[Message], context: CompactionContext, ledger: Ledger, frozen: int,
 ) -> PolicyRun:
-    """:func:`run_with_ledger` for a rolling pass: the ledgers before ``frozen`` stay."""
+    """`run_with_ledger` for a rolling pass: the ledgers before ``frozen`` stay."""
     outcome: PolicyOutcome = yield from run(messages, context)
     if outcome.messages is messages:
         return outcome

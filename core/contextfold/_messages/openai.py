@@ -92,8 +92,8 @@ def _read_plain(raw: dict[str, Any]) -> Message | None:
     """The message of the most common shapes (text content, tool calls with an id, a type
     and a function, a name, a call id; nothing else), built without the general reading;
     ``None`` for any other shape, or anything wrong with this one, which
-    :func:`_read_message` then reads (and names the error of). The message is the one
-    :func:`_read_message` makes of the same dict."""
+    `_read_message` then reads (and names the error of). The message is the one
+    `_read_message` makes of the same dict."""
     if not raw.keys() <= _PLAIN_KEYS:
         return None
     role, content = raw.get("role"), raw.get("content")

@@ -10,7 +10,7 @@ however long the agent runs, while the full history stays in the store::
 Loop-slice compacts on every call (it is not threshold based); it returns the input object
 itself when the slice is the whole input. Every run of messages it leaves out gets a
 one-line notice where it was, with the handles that read it back
-(:mod:`~contextfold._policies.notices`), unless ``notices=False``.
+(`notices`), unless ``notices=False``.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class LoopSlicePolicy(SimplePolicy):
         self, messages: Sequence[Message], out: list[Message], origins: list[int | None],
         head_len: int, context: CompactionContext,
     ) -> tuple[Marks | None, list[Message], list[str]]:
-        """The slice fitted with room for its notices (:func:`fit_loop`), and the notices
+        """The slice fitted with room for its notices (`fit_loop`), and the notices
         for what it leaves out: detailed when they fit, else bare, else none (with a
         note); the room is reserved before the loop is cut, so the notices never push the
         output over the budget."""

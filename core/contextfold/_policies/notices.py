@@ -14,7 +14,7 @@ assistant message before the first user message), and it is placed between the k
 messages, never between a tool call and its result.
 
 The handles are the ones the driver would give the run on its own: one per block of
-:data:`~contextfold._lossless.handles.HANDLE_BLOCK` positions, so a run that grows at every
+`HANDLE_BLOCK` positions, so a run that grows at every
 call (what a loop slice leaves out of an agent loop) keeps the handles of its full blocks
 and their originals are kept once. The policy reports the run's ``"dropped"`` targets with
 those handles, so the driver keeps the originals when the compaction happens, not when the
@@ -174,7 +174,7 @@ def fitted_marks(
     messages: Sequence[Message], out: Sequence[Message], origins: Sequence[int | None],
     context: CompactionContext, fits: Callable[[Sequence[Message]], bool],
 ) -> Marks | None:
-    """:func:`mark_removals` with detailed notices when the result ``fits``, else with
+    """`mark_removals` with detailed notices when the result ``fits``, else with
     bare ones (count and handles), else ``None``."""
     for detail in (True, False):
         marks = mark_removals(messages, out, origins, context, detail=detail)

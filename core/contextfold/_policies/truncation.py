@@ -26,7 +26,7 @@ suffix of groups, which may start with an assistant tool loop of a long-running 
   ``Compactor``'s pin guarantee, with the room it needs reserved;
 * every run of dropped messages leaves a one-line notice where it was, naming how many
   went, their tools and identifiers, and the handles that read them back
-  (:mod:`~contextfold._policies.notices`); the notices count in the budget, bare (count
+  (`notices`); the notices count in the budget, bare (count
   and handles) when the detailed ones do not fit, left out only when not even a bare
   notice fits beside the most recent group. ``notices=False`` gives ``trim_messages``-like
   output: the kept messages only.

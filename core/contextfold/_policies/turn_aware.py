@@ -19,7 +19,7 @@ loop was for, and the answer is what the user was told, which later turns build 
 Nothing leaves view unmarked: each run of messages the composition leaves out (a past
 turn's earlier loops, past turns dropped for room, the current turn's earlier groups) gets
 a one-line notice where it was, with the handles that read it back
-(:mod:`~contextfold._policies.notices`), and every head+tail label names the handle of
+(`notices`), and every head+tail label names the handle of
 its original. The notices count in the budget (their room is reserved before the fit);
 ``notices=False`` leaves them out.
 """

@@ -5,13 +5,15 @@ The adapters only differ in how they call their framework's model; what the mode
 
 Two forms:
 
-* today's form (:func:`summary_prompt`): the summary system prompt, then one user message
-  holding the instructions and a rendering of the span;
-* the cache-true form (:func:`cache_true_messages`), when the request carries the agent's
-  previous request (:attr:`SummaryRequest.sent`): that request's own messages, unchanged,
-  then one user message (:func:`summary_instruction`) naming the span by position
-  ("messages 3 to 41 above"). Everything before that last message is what the provider
-  has just served, so it comes from the provider's prompt cache.
+* today's form ([`summary_prompt`][contextfold.integration.summary_prompt]): the summary system
+  prompt, then one user message holding the instructions and a rendering of the span;
+* the cache-true form ([`cache_true_messages`][contextfold.integration.cache_true_messages]), when
+  the request carries the agent's previous request
+  ([`SummaryRequest.sent`][contextfold.policy.SummaryRequest.sent]): that request's own messages,
+  unchanged, then one user message
+  ([`summary_instruction`][contextfold.integration.summary_instruction]) naming the span by position
+  ("messages 3 to 41 above"). Everything before that last message is what the provider has just
+  served, so it comes from the provider's prompt cache.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def summary_instruction(request: SummaryRequest) -> str:
     """The last message of a cache-true summary request: which messages above to compress
     (1-based, inclusive, counting every message of the request, the system prompt
     included), then the request's instructions and size hint. Raises ``ValueError`` for a
-    request without :attr:`~SummaryRequest.sent`."""
+    request without [`sent`][contextfold.policy.SummaryRequest.sent]."""
     sent = request.sent
     if sent is None:
         raise ValueError("summary_instruction needs a request with the previous request (sent)")

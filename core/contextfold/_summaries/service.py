@@ -18,9 +18,9 @@ sync or an async summarizer (the sans-IO shape of httpx's auth flows)::
     cache it, reply
 
 Cache-true requests: for a summarizer whose ``cache_true`` attribute is ``True``, the
-engine tells the service what it last sent (:meth:`SummaryService.follow`); a request
+engine tells the service what it last sent (`SummaryService.follow`); a request
 whose span lies, message for message, in what was sent (or appended since) then carries
-it (:class:`~contextfold._contract.policy.SentRequest`) and the summarizer repeats that
+it ([`SentRequest`][contextfold.integration.SentRequest]) and the summarizer repeats that
 request with the instruction appended, so the provider serves it mostly from its prompt
 cache. Where that request would not fit the summarizer's window, is not a valid request,
 or the model rejects it as too long, today's form (the span alone) is used instead.
@@ -502,7 +502,7 @@ class SummaryService:
 
 @dataclass
 class _Sent:
-    """What :meth:`SummaryService.follow` keeps: the length of the previous request, the
+    """What `SummaryService.follow` keeps: the length of the previous request, the
     policy's input that starts with it, and the tools sent with it."""
 
     length: int

@@ -6,10 +6,11 @@ splitting, caching, verification and fallback are added around any summarizer by
 service, so implementations stay small.
 
 A summarizer that sets ``cache_true = True`` receives, where it fits, the agent's previous
-request with each request (:attr:`SummaryRequest.sent`) and sends that request again with
-the instruction appended (:func:`~contextfold.integration.cache_true_messages`), so the
-provider serves it mostly from its prompt cache. It is opt-in: a summarizer over a model
-other than the agent's gains nothing from it.
+request with each request ([`SummaryRequest.sent`][contextfold.policy.SummaryRequest.sent]) and
+sends that request again with the instruction appended
+([`cache_true_messages`][contextfold.integration.cache_true_messages]), so the provider serves it
+mostly from its prompt cache. It is opt-in: a summarizer over a model other than the agent's gains
+nothing from it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Fidelity evaluation: what share of a transcript's facts survives compaction.
 
 The headline figure, *needed from memory* (what a later assistant message writes that only
-the compacted part held, at cuts mid-run), is measured in :mod:`.eval_recall`; this module
+the compacted part held, at cuts mid-run), is measured in `contextfold.cli.eval_recall`; this module
 holds the contender type and the older, call-by-call figures kept beside it.
 
-The probes are found independently of any summarizer: :func:`independent_identifiers`
+The probes are found independently of any summarizer: `independent_identifiers`
 takes every token that looks like a reference (it holds a digit, ``@``, a slash, or joins
 words with ``_``) with rules of its own, not the extractor the extractive summary and the
 ledger copy from, so a contender cannot score by copying what the grader looks for.
@@ -18,7 +18,7 @@ ledger copy from, so a contender cannot score by copying what the grader looks f
 * **gold kept**: where the data gives them, the values the final action needs (tau-bench's
   gold action arguments that occur in the conversation);
 * **facts recalled**: where the transcript asks for facts (the generated long chats of
-  :func:`~contextfold.cli.transcripts.generated_chats`), the share of asked facts whose
+  `generated_chats`), the share of asked facts whose
   latest value is in the context given to the call that answers the question. The facts
   are the ones the generator planted, known by construction, not found by any extractor;
 * **context used**: at the measured calls whose history exceeds the allowance, the median
@@ -106,11 +106,11 @@ class Contender:
     ours: bool = True
     """False for peers."""
     contexts: Contexts | None = None
-    """The context at several calls in one run; by default :attr:`compact` on each call's
-    history."""
+    """The context at several calls in one run; by default [`compact`][contextfold.compact] on each
+    call's history."""
     at_cut: AtCut | None = None
     """One compaction of a history cut mid-run (the needed-from-memory metric); by default
-    :attr:`compact` on it, with no originals."""
+    [`compact`][contextfold.compact] on it, with no originals."""
 
     def compact_cut(self, transcript: Transcript, allowance: int, counter: TokenCounter
                     ) -> tuple[list[Message], Callable[[str], str]]:

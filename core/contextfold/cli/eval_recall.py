@@ -9,7 +9,7 @@ still see it". This module measures exactly that:
   model). At each cut the contender compacts ``messages[:c]`` once to an *allowance* of the
   system prompt plus ``f`` of the tokens of the rest of ``messages[:c]``;
 * **probes** of a cut: identifiers (by the evaluation's own rule,
-  :func:`~contextfold.cli.eval_identifiers.eval_identifiers`) that an assistant message
+  `eval_identifiers`) that an assistant message
   after the cut writes (its text or tool-call arguments), that occur in the compacted part
   (``messages[:c]`` without the system prompt) but not in the system prompt, and that no
   tool result or user message after the cut gave again before that assistant wrote it.
@@ -29,7 +29,7 @@ its cuts, tokens used and within averaged over its cuts, the oracle's median), t
 averaged over the sources, so one large data set does not drown the others.
 
 A transcript whose assistant speaks before any user message gets a neutral user turn
-(:data:`OPENING_TURN`) inserted before that first assistant message, for every contender
+(`OPENING_TURN`) inserted before that first assistant message, for every contender
 alike: a request without a user message is one providers reject and our compactor refuses,
 and the inserted turn carries no identifier, so it changes no probe.
 """
@@ -73,7 +73,7 @@ def in_split(name: str, split: Split) -> bool:
 
 
 def with_opening_turn(transcript: Transcript) -> Transcript:
-    """``transcript`` with :data:`OPENING_TURN` before its first assistant message when no
+    """``transcript`` with `OPENING_TURN` before its first assistant message when no
     user message comes before it; the transcript itself otherwise."""
     messages = transcript.messages
     for i, m in enumerate(messages):

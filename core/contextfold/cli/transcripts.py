@@ -46,7 +46,7 @@ class Transcript:
     history ``messages[:n]``), the values its answer needs (generated chats)."""
     source: str = ""
     """The file or data set it came from (figures are averaged per source); empty means
-    the part of :attr:`name` before ``#``."""
+    the part of `name` before ``#``."""
 
 
 def _is_anthropic(messages: Sequence[Any], record: Mapping[str, Any] | None) -> bool:

@@ -1,9 +1,9 @@
 """Summaries made by any LlamaIndex LLM, sync and async.
 
-:class:`LLMSummarizer` implements contextfold's summarizer protocol (``summarize`` /
-``asummarize``) over an LLM's ``chat`` / ``achat``. Retries, splitting of long spans, the
-content-hash cache, verification and the fallback on failure are added around it by the
-summary service, so a failure here is raised, never returned as text: a failed summary
+[`LLMSummarizer`][llama_index.memory.contextfold.LLMSummarizer] implements contextfold's summarizer
+protocol (``summarize`` / ``asummarize``) over an LLM's ``chat`` / ``achat``. Retries, splitting of
+long spans, the content-hash cache, verification and the fallback on failure are added around it by
+the summary service, so a failure here is raised, never returned as text: a failed summary
 never becomes the summary.
 
 With ``cache_true=True``, a summary request repeats the agent's previous request (its
@@ -101,11 +101,13 @@ class LLMSummarizer:
         ]
 
     def summarize(self, request: SummaryRequest) -> str:
-        """The summary of ``request`` (raises :class:`SummarizerError` on an empty reply)."""
+        """The summary of ``request`` (raises
+        [`SummarizerError`][contextfold.errors.SummarizerError] on an empty reply)."""
         return _text(self.llm.chat(self.messages(request), **self._kwargs(request)))
 
     async def asummarize(self, request: SummaryRequest) -> str:
-        """The async form of :meth:`summarize`."""
+        """The async form of
+        [`summarize`][llama_index.memory.contextfold.LLMSummarizer.summarize]."""
         return _text(await self.llm.achat(self.messages(request), **self._kwargs(request)))
 
     def _kwargs(self, request: SummaryRequest) -> dict[str, Any]:
