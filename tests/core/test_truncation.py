@@ -422,7 +422,8 @@ def test_each_run_of_dropped_messages_leaves_a_notice_with_its_handle(
     assert out.messages == [
         h[0],
         cf.Message(role="user", content=(
-            "[4 messages removed (tools: search_flights; ids: SK123); "
+            # the destination written in the call's arguments ranks first
+            "[4 messages removed (tools: search_flights; ids: OSL, SK123); "
             f'read_original("{handle}")]'),
             source="summary", metadata={"compaction": "notice", "removed": 4}),
         *h[5:],

@@ -44,7 +44,10 @@ def compact(messages, budget=BIG, counter=None, policy=None):
 def seed_example():
     """The loop-slice design's example: one historical turn, then a multi-step current turn."""
     system = M("system", "You are an agent.")
-    old = [M("user", "old question"), *loop("c1", "result_1"), *loop("c2", "result_2"),
+    # The old loop's results are plain prose: a notice naming identifiers that costs more
+    # than what it replaces is not worth sending (the policy keeps the loop instead).
+    old = [M("user", "old question"), *loop("c1", "the first lookup found nothing useful"),
+           *loop("c2", "the second lookup found the answer"),
            M("assistant", "old answer")]
     current = [M("user", "new question"), *loop("login", "session_id: abc123"),
                *loop("status", "status_result")]
