@@ -28,7 +28,6 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from numbers import Integral
 from typing import Annotated, Any, TypeVar
 
 from .._config import Ge, check
@@ -41,6 +40,7 @@ from .counters import (
     content_texts,
     counter_for_model,
 )
+from .reported import is_token_count
 
 __all__ = ["ANSWERS_KEPT", "EndpointCounter", "anthropic_tool"]
 
@@ -67,7 +67,7 @@ def _usable(ask: Callable[[_Asked], Any], what: _Asked) -> int:
         answer = ask(what)
     except Exception as exc:  # any client's error
         raise _Failed(f"the request failed ({exc!r})") from exc
-    if not isinstance(answer, Integral) or isinstance(answer, bool) or answer < 0:
+    if not is_token_count(answer):
         raise _Failed(f"it answered {answer!r}, not a whole number of tokens")
     return int(answer)
 

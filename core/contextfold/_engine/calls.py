@@ -38,6 +38,7 @@ from typing import Annotated, Any, Generic, TypeVar, Union
 from .._config import Ge, check
 from .._contract.report import CompactionResult
 from .._counting.budget import Budget
+from .._counting.reported import is_token_count
 from .._messages.model import Message, _with_id
 from .._messages.structure import SYSTEM_ROLES
 from .._policies.provider_native import request_fields
@@ -132,11 +133,6 @@ def with_stable_id(position: int, message: Message) -> Message:
     """``message`` with the id [`stable_id`][contextfold.integration.stable_id] gives it at
     ``position`` (a copy, made without building and checking the message again)."""
     return _with_id(message, stable_id(position, message))
-
-
-def _whole(value: object) -> bool:
-    """A whole number of tokens >= 0 (a bool is not one)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def opening_key(messages: Sequence[Message]) -> str:
@@ -411,10 +407,10 @@ class CallLoop(Generic[F]):
         if usage is None or usage.input_tokens is None or usage.input_tokens == 0:
             return None
         given, output = usage.input_tokens, usage.output_tokens
-        if not _whole(given):
+        if not is_token_count(given):
             self._unusable(f"input_tokens={given!r}")
             return None
-        if output is not None and not _whole(output):
+        if output is not None and not is_token_count(output):
             self._unusable(f"output_tokens={output!r}")
             output = None
         return given, output or None

@@ -89,7 +89,7 @@ from .floor import floor_outcome
 from .incremental import APPENDABLE, Plan, Prefix
 from .pins import PinScan, keep_pinned
 from .rebuild import RebuildMemo
-from .saved import Saved, SeenDigest, dump_prefix, load_prefix
+from .saved import Saved, SavedAhead, SeenDigest, dump_prefix, load_prefix
 
 __all__ = ["Compactor", "acompact", "compact"]
 
@@ -321,22 +321,18 @@ class Compactor(CallDecision):
             ahead=list(self._ahead) if self._prepared is not None and self._ahead else None,
         ).dumps()
 
-    def _resume_ahead(self, ahead: list[Any] | None) -> None:
+    def _resume_ahead(self, ahead: SavedAhead | None) -> None:
         """Prepare again what the process that wrote the state was preparing: the same
         snapshot under the same budget, so the call that crosses the trigger sends what it
         would have sent (its summaries, if that process finished them, are in the store)."""
-        if not ahead or self.policy.always_run:
+        if ahead is None or self.policy.always_run:
             return
         try:
-            n, trigger, target, known, now = ahead
-            budget = replace(self.budget, trigger=trigger, target=target)
-            moment = datetime.fromisoformat(now)
-        except (ConfigurationError, TypeError, ValueError):  # not a state we wrote
+            budget = replace(self.budget, trigger=ahead.trigger, target=ahead.target)
+        except ConfigurationError:  # not a state we wrote
             return
-        out = self._prefix.out
-        if isinstance(n, int) and 0 < n <= len(out):
-            self._start_ahead(out[:n], budget, known if isinstance(known, int) else None,
-                              moment, in_loop=False)
+        if 0 < ahead.size <= len(out := self._prefix.out):
+            self._start_ahead(out[:ahead.size], budget, ahead.known, ahead.started, in_loop=False)
 
     def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
         """Take up a state [`saved_state`][contextfold.Compactor.saved_state] wrote (in this process
@@ -361,7 +357,7 @@ class Compactor(CallDecision):
         if saved.context_window < self.budget.context_window:  # a provider lowered it
             self.budget = replace(self.budget, context_window=saved.context_window)
         if prefix is not None:
-            self._resume_ahead(saved.ahead)
+            self._resume_ahead(saved.prepared_ahead())
         return prefix is not None
 
     def settle(self, timeout: float | None = None) -> bool:
@@ -578,9 +574,9 @@ class Compactor(CallDecision):
         compacted = outcome.method == "floor" or any(
             t.method in _TAKEN_OUT for t in outcome.targets)
         if (out is not view and not plan.force and compacted
-                and not (not plan.exact and _kept_only(out, view))
+                and not (not plan.exact and {*map(id, view)}.issuperset(map(id, out)))
                 and self._grew(plan, snapshot, tokens_after)):
-            # (An output made only of the input's own messages cannot be larger than it
+            # (An output made only of the input's own message objects cannot be larger than it
             # under a counter whose totals are sums, the only kind that gives bounds: the
             # input is not counted for this.)
             # A compaction never grows the context: when its summaries, labels and notices
@@ -797,8 +793,3 @@ class Compactor(CallDecision):
         self._known = None
         self._since = 0
         self.last_output_tokens = None
-
-def _kept_only(out: Sequence[Message], view: Sequence[Message]) -> bool:
-    """True when every message of ``out`` is one of ``view``'s own objects."""
-    present = set(map(id, view))
-    return all(id(m) in present for m in out)

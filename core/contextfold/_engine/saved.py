@@ -24,13 +24,15 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from .._counting.reported import is_token_count
 from .._messages.model import Message
 from .._stores import codec
 from .incremental import Prefix
 
-__all__ = ["FORMAT", "Saved", "SeenDigest", "digest", "dump_prefix", "load_prefix"]
+__all__ = ["FORMAT", "Saved", "SavedAhead", "SeenDigest", "digest", "dump_prefix", "load_prefix"]
 
 FORMAT = 1
 """The version of the document; a document of another version is not read."""
@@ -111,6 +113,19 @@ def load_prefix(doc: dict[str, Any], messages: Sequence[Message]) -> Prefix | No
 
 
 @dataclass(frozen=True)
+class SavedAhead:
+    """A compaction that was being prepared ahead when the state was written."""
+
+    size: int
+    """The snapshot's length, in messages of the prefix's output."""
+    trigger: float
+    target: float
+    known: int | None
+    """The calibrated size the preparation started from."""
+    started: datetime
+
+
+@dataclass(frozen=True)
 class Saved:
     """A conversation's compaction state, as read from or written to its store."""
 
@@ -126,6 +141,20 @@ class Saved:
     ahead: list[Any] | None = None
     """A compaction being prepared ahead: the snapshot's length (messages of the prefix's
     output), the lowered trigger and target, the calibrated size it started from."""
+
+    def prepared_ahead(self) -> SavedAhead | None:
+        """The compaction being prepared ahead; ``None`` when there is none or the entry is
+        not one this module wrote."""
+        try:
+            if self.ahead is None:
+                return None
+            size, trigger, target, known, started = self.ahead
+            if not (isinstance(size, int) and _number(trigger) and _number(target)
+                    and _count(known)):
+                return None
+            return SavedAhead(size, trigger, target, known, datetime.fromisoformat(started))
+        except (TypeError, ValueError):
+            return None
 
     def dumps(self) -> str:
         """The JSON text the store keeps."""
@@ -166,5 +195,4 @@ def _number(value: Any) -> bool:
 
 
 def _count(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool)
-                             and value >= 0)
+    return value is None or is_token_count(value)
