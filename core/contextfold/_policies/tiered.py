@@ -77,16 +77,17 @@ from .importance import (
     ImportanceWeights,
     estimated_chars,
     id_tokens,
-    keyword_truncate,
     score_messages,
 )
 from .learning import apply_learning, learned_in
 from .salience import cut_identifiers
+from .tier_ledger import ledger_aim
 from .tier_plan import (
     FixedParts,
     TierPlan,
     cut_newest,
     cut_targets,
+    fit_lines,
     header_message,
     tier_details,
     tier_targets,
@@ -208,7 +209,14 @@ class TieredPolicy:
         ``None``)."""
         if self.ledger is None:
             return (yield from self._run(messages, context))
-        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
+        ledger = self.ledger
+
+        def aimed(rest: Sequence[Message], inner: CompactionContext) -> PolicyRun:
+            # The wrapper lowers the target by a line per removed message; this pass writes
+            # a line per tier, so it aims lower only by what its ledger takes (tier_ledger).
+            return (yield from self._run(rest, ledger_aim(rest, context, inner, ledger)))
+
+        return (yield from run_with_ledger(aimed, messages, context, ledger,
                                           reserve=False))  # its target leaves the room
 
     def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
@@ -562,7 +570,8 @@ class TieredPolicy:
         context: CompactionContext,
     ) -> Message:
         """The tier's summary message, shrunk to its room by keyword-preserving truncation
-        (also the whole summary when ``text`` is ``None``: the summarizer failed)."""
+        that keeps its lines and sections (also the whole summary when ``text`` is
+        ``None``: the summarizer failed)."""
         keywords = set(self.keywords)
         ref = handle_text(handle_for(originals), context)
         for m in originals:
@@ -578,7 +587,7 @@ class TieredPolicy:
                 break
             target = estimated_chars(text, room - plan.headers[tier],
                                      context.counter.count_text(text))
-            text = keyword_truncate(text, min(len(text) - 1, int(target * 0.95)), keywords)
+            text = fit_lines(text, min(len(text) - 1, int(target * 0.95)), keywords)
         else:
             message = header_message(tier, len(originals), ref=ref)
         if context.counter.count_message(message) > room:
