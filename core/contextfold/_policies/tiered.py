@@ -223,6 +223,7 @@ class TieredPolicy:
         if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages)
         plan = self._plan(messages, context)
+        _fold_bare_tiers(plan)
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
@@ -653,6 +654,24 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
+
+_MIN_BODY = 32
+"""The least room (tokens) past its header worth a tier summary of its own: less holds a
+line or none, and the header alone costs about as much."""
+
+
+def _fold_bare_tiers(plan: TierPlan) -> None:
+    """An older tier whose room holds little beyond its header joins the next more recent
+    tier, its room too: one header instead of two, the room it frees going to the summary
+    (or, when that comes back short, to the ledger)."""
+    for t in (3, 2):
+        members, newer = plan.members(t), plan.members(t - 1)
+        if not members or not newer or plan.rooms[t] - plan.headers[t] >= _MIN_BODY:
+            continue
+        plan.tier_of.update(dict.fromkeys(members, t - 1))
+        plan.rooms[t - 1] += plan.rooms.pop(t)
+        plan.needs[t - 1] = plan.needs.get(t - 1, 0) + plan.needs.pop(t, 0)
+
 
 _MIN_CUT_ROOM = 200
 """The least room (tokens) worth filling with a cut group: less holds little beyond the
