@@ -152,6 +152,13 @@ def full_summary(request: SummaryRequest) -> str:
     return "word " * (request.max_tokens or 10)
 
 
+def header_tokens(counter: cf.TokenCounter) -> int:
+    """Tokens of a tier summary's header without a summary."""
+    return counter.count_message(cf.Message(role="user", content=(
+        "[Compacted history — tier 3: 10 earlier messages summarized; full text: "
+        "ctx_000000000000 (read_original)]")))
+
+
 def tiers_aim(budget: cf.Budget) -> int:
     """What the tiers fill: the target less the ledger's share of the budget, so that the
     ledger beside them lands under the target too."""
@@ -215,8 +222,11 @@ def test_messages_over_tier0s_allocation_keep_the_designs_tier_boundaries(
                               answer=full_summary)
     n0 = outcome.details["tiers"]["tier0"]
     assert 1 <= n0 < 10  # the design's 10 do not fit: its oldest join tier 1
-    assert outcome.details["tiers"] == {"tier0": n0, "tier1": 25 - n0, "tier2": 25, "tier3": 10}
-    assert [len(r.messages) for r in requests] == [10, 25, 25 - n0]
+    # Tier 3's share (50 tokens) holds little beyond its header: its 10 messages join tier 2,
+    # one header instead of two.
+    assert outcome.details["budget"]["allocated"]["tier3"] < 32 + header_tokens(counter)
+    assert outcome.details["tiers"] == {"tier0": n0, "tier1": 25 - n0, "tier2": 35, "tier3": 0}
+    assert [len(r.messages) for r in requests] == [35, 25 - n0]
 
 
 @pytest.mark.parametrize("answer_words", [100, 600])

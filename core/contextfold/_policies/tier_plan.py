@@ -7,7 +7,8 @@ below build the tier summary messages and the report's targets and figures from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +19,10 @@ from .._messages.model import Message
 from .._messages.structure import Group
 from .budget_allocation import BudgetAllocation
 from .fitting import fits_budget, squeeze
-from .importance import ImportanceScore
+from .importance import ImportanceScore, keyword_truncate
 
-__all__ = ["FixedParts", "TierPlan", "cut_newest", "cut_targets", "header_message",
-           "tier_details", "tier_targets"]
+__all__ = ["FixedParts", "TierPlan", "cut_newest", "cut_targets", "fit_lines",
+           "header_message", "tier_details", "tier_targets"]
 
 
 @dataclass
@@ -65,6 +66,48 @@ def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Mess
     header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
     return Message(role="user", content=f"{header}\n\n{text}" if text else header,
                    source="summary", metadata={"compaction": "tiered", "tier": tier})
+
+_SECTION = re.compile(r"[A-Z][A-Z /&-]{1,30}:")
+"""A summary's section heading at the start of a line ("TASK:", "REMAINING:")."""
+_LEAST_CUT = 20
+"""The fewest characters of a heading's or first item's line worth keeping cut."""
+
+
+def fit_lines(text: str, max_chars: int, keywords: Iterable[str] = ()) -> str:
+    """``text`` shortened to at most ``max_chars``, its lines whole and in their order.
+
+    A structured summary keeps its shape: the section headings first, then each section's
+    first item (the task, what remains), then the lines naming the most ``keywords``, the
+    earlier first among equals; a heading or first item too long for what is left is cut
+    with ``…``. Text of a single line is shortened by its sentences
+    (`keyword_truncate`).
+    """
+    if len(text) <= max_chars:
+        return text
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return keyword_truncate(text, max_chars, keywords)
+    words = [k.lower() for k in keywords if k]
+    rank: list[tuple[int, int, int]] = []
+    after_heading = False
+    for k, line in enumerate(lines):
+        heading = _SECTION.match(line) is not None
+        kind = 0 if heading else 1 if after_heading else 2
+        after_heading = heading and len(line.split(":", 1)[1].strip()) == 0
+        lowered = line.lower()
+        rank.append((kind, -sum(1 for w in words if w in lowered), k))
+    chosen: dict[int, str] = {}
+    used = 0
+    for kind, _, k in sorted(rank):
+        line = lines[k]
+        left = max_chars - used - (1 if chosen else 0)
+        if len(line) > left and kind < 2 and left >= _LEAST_CUT:
+            line = line[: left - 1].rstrip() + "\u2026"
+        if len(line) <= left:
+            chosen[k] = line
+            used += len(line) + (1 if len(chosen) > 1 else 0)
+    return "\n".join(chosen[k] for k in sorted(chosen))
+
 
 def tier_targets(plan: TierPlan, context: CompactionContext) -> tuple[Target, ...]:
     """The report's targets: every summarized message, with its tier's handle."""

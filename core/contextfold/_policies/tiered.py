@@ -77,16 +77,17 @@ from .importance import (
     ImportanceWeights,
     estimated_chars,
     id_tokens,
-    keyword_truncate,
     score_messages,
 )
 from .learning import apply_learning, learned_in
 from .salience import cut_identifiers
+from .tier_ledger import ledger_aim
 from .tier_plan import (
     FixedParts,
     TierPlan,
     cut_newest,
     cut_targets,
+    fit_lines,
     header_message,
     tier_details,
     tier_targets,
@@ -208,13 +209,21 @@ class TieredPolicy:
         ``None``)."""
         if self.ledger is None:
             return (yield from self._run(messages, context))
-        return (yield from run_with_ledger(self._run, messages, context, self.ledger,
+        ledger = self.ledger
+
+        def aimed(rest: Sequence[Message], inner: CompactionContext) -> PolicyRun:
+            # The wrapper lowers the target by a line per removed message; this pass writes
+            # a line per tier, so it aims lower only by what its ledger takes (tier_ledger).
+            return (yield from self._run(rest, ledger_aim(rest, context, inner, ledger)))
+
+        return (yield from run_with_ledger(aimed, messages, context, ledger,
                                           reserve=False))  # its target leaves the room
 
     def _run(self, messages: Sequence[Message], context: CompactionContext) -> PolicyRun:
         if not context.force and context.input_tokens(messages) <= context.budget.trigger_tokens:
             return PolicyOutcome(messages=messages)
         plan = self._plan(messages, context)
+        _fold_bare_tiers(plan)
         if not plan.tier_of or all(t == 0 for t in plan.tier_of.values()):
             return self._unchanged(messages, plan, context)
         summaries: dict[int, Message] = {}
@@ -562,7 +571,8 @@ class TieredPolicy:
         context: CompactionContext,
     ) -> Message:
         """The tier's summary message, shrunk to its room by keyword-preserving truncation
-        (also the whole summary when ``text`` is ``None``: the summarizer failed)."""
+        that keeps its lines and sections (also the whole summary when ``text`` is
+        ``None``: the summarizer failed)."""
         keywords = set(self.keywords)
         ref = handle_text(handle_for(originals), context)
         for m in originals:
@@ -578,7 +588,7 @@ class TieredPolicy:
                 break
             target = estimated_chars(text, room - plan.headers[tier],
                                      context.counter.count_text(text))
-            text = keyword_truncate(text, min(len(text) - 1, int(target * 0.95)), keywords)
+            text = fit_lines(text, min(len(text) - 1, int(target * 0.95)), keywords)
         else:
             message = header_message(tier, len(originals), ref=ref)
         if context.counter.count_message(message) > room:
@@ -644,6 +654,24 @@ class TieredPolicy:
             needed=self._plan_tokens(plan, messages, context) - plan.offset,
             available=context.budget.input_budget,
         )
+
+_MIN_BODY = 32
+"""The least room (tokens) past its header worth a tier summary of its own: less holds a
+line or none, and the header alone costs about as much."""
+
+
+def _fold_bare_tiers(plan: TierPlan) -> None:
+    """An older tier whose room holds little beyond its header joins the next more recent
+    tier, its room too: one header instead of two, the room it frees going to the summary
+    (or, when that comes back short, to the ledger)."""
+    for t in (3, 2):
+        members, newer = plan.members(t), plan.members(t - 1)
+        if not members or not newer or plan.rooms[t] - plan.headers[t] >= _MIN_BODY:
+            continue
+        plan.tier_of.update(dict.fromkeys(members, t - 1))
+        plan.rooms[t - 1] += plan.rooms.pop(t)
+        plan.needs[t - 1] = plan.needs.get(t - 1, 0) + plan.needs.pop(t, 0)
+
 
 _MIN_CUT_ROOM = 200
 """The least room (tokens) worth filling with a cut group: less holds little beyond the
