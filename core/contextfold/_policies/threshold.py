@@ -40,9 +40,11 @@ nor, once answered, in the newest group.
 Dropping takes whole groups (a call with its results, or a standalone message), oldest
 first, never the task prompt, the latest request or the newest group; their full text
 goes into the summary request with the truncated targets, so the summary's DATA keeps
-their identifiers, and the store keeps the full history. When no step reaches the target,
-the least degraded one whose output fits the input budget with the summary's room is used,
-else the least degraded one that fits with the notice. When none fits, the task prompt
+their identifiers, and the store keeps the full history. When no step reaches the target
+with the summary's room, the least degraded one that reaches it with a short summary's or
+the notice's room is used (the summary then takes what is left under the target); else the
+least degraded one whose output fits the input budget with the summary's room, else with
+the notice's. When none fits, the task prompt
 and the newest group are cut head+tail (their tool calls kept) to the largest common size
 that fits, with the threshold design's notice or, when not even that fits, a
 `SHORT_NOTICE`. The latest request stays verbatim while it fits the budget beside
@@ -377,14 +379,19 @@ class ThresholdPolicy:
             if size + offset + reserve <= target:
                 return plan
             tried.append((plan, size))
-        # None reaches the target: the least degraded that fits with the summary's room, else
-        # with a short summary's (its TASK and DATA lines keep more than the notice).
+        # None reaches the target with the summary's room: the least degraded that reaches it
+        # with a short summary's (its TASK and DATA lines keep more than the notice) or the
+        # notice's, since an output under the target beats a longer summary over it; else
+        # the least degraded that fits the budget, with each room in the same order.
         short = self._wrapper_tokens(context, short=True) + SHORT_SUMMARY_TOKENS
         notice = self._notice_tokens(context)
-        for room in (reserve, short, notice):
-            for plan, size in tried:
-                if size + room <= limit:
-                    return plan
+        for ceiling in (target - offset, limit):
+            for room in (reserve, short, notice):
+                for plan, size in tried:
+                    if size + room <= ceiling:
+                        if ceiling < limit:  # the summary then takes what is left under it
+                            plan.reserve = min(plan.reserve, ceiling - size)
+                        return plan
         return self._to_the_bone(tried[-1][0], context)
 
     def _plan_at(
