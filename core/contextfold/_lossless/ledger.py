@@ -439,21 +439,28 @@ def _fit(
     full = _message(entries, shown, 0, 0)
     if fits(full) <= room:
         return _Fitted(full)
+    # Short of room, the identifiers outrank the words saying what each original was: the
+    # lines keep their handles, tool names and identifiers only, then the least salient go.
+    terse = _message(entries, shown, 0, 0, terse=True)
+    if fits(terse) <= room:
+        return _Fitted(terse)
     by_salience = sorted(((ranks.score(v), -k, n) for k, values in enumerate(shown)
                           for n, v in enumerate(values)))
-    bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable)
+    bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable,
+                    terse=True)
     if fits(bare) <= room:
         low, high = 1, len(by_salience)  # the fewest left out that fit
         best, best_out = bare, len(by_salience)
         while low <= high:
             middle = (low + high) // 2
             message = _message(entries, _without(shown, by_salience[:middle]), 0, middle,
-                               searchable)
+                               searchable, terse=True)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
                 low = middle + 1
-        return _Fitted(best, 0, best_out)
+        if best_out < len(by_salience):  # lines listing nothing: entries are shed instead
+            return _Fitted(best, 0, best_out)
     return _shed_entries(entries, room, context, fresh, len(by_salience))
 
 
@@ -492,22 +499,22 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
 
 
 def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
-             left_out: int, searchable: bool = False) -> Message:
-    """The ledger message: one line per handle (what its original holds, in short, and
-    the identifiers shown for it), in the order of the conversation."""
+             left_out: int, searchable: bool = False, *, terse: bool = False) -> Message:
+    """The ledger message: one line per handle (what its original holds, in short, unless
+    ``terse``, and the identifiers shown for it), in the order of the conversation."""
     groups: dict[str | int, tuple[str | None, dict[str, int], list[str]]] = {}
     for k, (entry, values) in enumerate(zip(entries, shown, strict=True)):
         _, whats, listed = groups.setdefault(entry.handle or k, (entry.handle, {}, []))
         what = entry.what()
         whats[what] = whats.get(what, 0) + 1
         listed.extend(values)
-    lines = [LEDGER_HEADER, *(_line(handle, whats, listed)
+    lines = [LEDGER_HEADER, *(_line(handle, _named(whats) if terse else whats, listed)
                               for handle, whats, listed in groups.values())]
     # With a store, the search tools (search_messages) find what is left out by its text.
     found = "; search_messages finds them in the stored history" if searchable else ""
     if left_out and not shed:
-        lines.append(f"[{left_out} less salient identifiers left out of these lines; "
-                     f"each handle's original still holds them{found}]")
+        lines.append(f"[{left_out} less salient identifiers left out; the handles' "
+                     f"originals hold them{found}]")
     if shed:
         lines.append(f"[{shed} older entries shed; the full history still holds them{found}]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
@@ -515,10 +522,17 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
                                            "shed": shed}})
 
 
+def _named(whats: dict[str, int]) -> dict[str, int]:
+    """The tool names among ``whats`` (a name is an identifier a later call may write
+    again; "user", "assistant" and a decision's sentence are not), each once."""
+    return {w: 1 for w in whats if " " not in w and w not in ("user", "assistant")}
+
+
 def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> str:
     head = f"- [{handle}] " if handle else "- "
     what = "; ".join(w if n == 1 else f"{w} x{n}" for w, n in whats.items())
-    return head + what + (f" -> {'; '.join(listed)}" if listed else "")
+    return head + what + (f"-> {'; '.join(listed)}" if not what and listed
+                          else f" -> {'; '.join(listed)}" if listed else "")
 
 
 def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = None

@@ -41,8 +41,8 @@ Dropping takes whole groups (a call with its results, or a standalone message), 
 first, never the task prompt, the latest request or the newest group; their full text
 goes into the summary request with the truncated targets, so the summary's DATA keeps
 their identifiers, and the store keeps the full history. When no step reaches the target
-with the summary's room, the least degraded one that reaches it with a short summary's or
-the notice's room is used (the summary then takes what is left under the target); else the
+with the summary's room, the least degraded one that reaches it with a short summary's
+room is used (the summary then takes what is left under the target); else the
 least degraded one whose output fits the input budget with the summary's room, else with
 the notice's. When none fits, the task prompt
 and the newest group are cut head+tail (their tool calls kept) to the largest common size
@@ -269,7 +269,7 @@ class ThresholdPolicy:
         return (yield from run_with_ledger(
             planned, messages, context, self.ledger, reserve=False,
             frozen=rolling.stable if rolling is not None else 0,
-            share=0.5 if self.rolling else 1.0))
+            share=1.0))
 
     def _run(
         self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
@@ -380,13 +380,14 @@ class ThresholdPolicy:
                 return plan
             tried.append((plan, size))
         # None reaches the target with the summary's room: the least degraded that reaches it
-        # with a short summary's (its TASK and DATA lines keep more than the notice) or the
-        # notice's, since an output under the target beats a longer summary over it; else
-        # the least degraded that fits the budget, with each room in the same order.
+        # with a short summary's (an output under the target beats a longer summary over
+        # it); else the least degraded that fits the budget with the summary's room, a short
+        # summary's (its TASK and DATA lines keep more than the notice), the notice's.
         short = self._wrapper_tokens(context, short=True) + SHORT_SUMMARY_TOKENS
         notice = self._notice_tokens(context)
-        for ceiling in (target - offset, limit):
-            for room in (reserve, short, notice):
+        for ceiling, rooms in ((target - offset, (reserve, short)),
+                               (limit, (reserve, short, notice))):
+            for room in rooms:
                 for plan, size in tried:
                     if size + room <= ceiling:
                         if ceiling < limit:  # the summary then takes what is left under it

@@ -27,9 +27,12 @@ SUMMARY_HEADER = "[Compaction Summary]\n\n"
 
 _HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
 
-# Removal rank of a line by section (lower goes first); headings and TASK are never removed
-# here. PROGRESS's first and last steps rank with REMAINING.
-_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
+# Removal rank of a line by section (lower goes first); headings and TASK's first line (the
+# latest request) are never removed here; the earlier requests under it go after the
+# progress and decisions (their text is in the originals), before what remains and the data.
+# PROGRESS's first and last steps rank with REMAINING.
+_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "TASK": 2, "REMAINING": 3,
+         "DATA": 4}
 
 
 def summary_message(
@@ -85,12 +88,12 @@ def _removal_order(lines: list[str]) -> list[int]:
         if heading:
             section, seen_heading = heading.group(1), True
             continue
-        if not line.strip() or section == "TASK":
+        if not line.strip():
             continue
         if section == "PROGRESS":
             progress.append(i)
         rank = _RANK.get(section, 1)
-        ranked.append((rank, -i if section == "DATA" else i, i))
+        ranked.append((rank, -i if section in ("DATA", "TASK") else i, i))
     if not seen_heading:
         return []
     if len(progress) > 2:  # the first and the latest step stay with REMAINING
