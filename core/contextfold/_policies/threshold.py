@@ -79,7 +79,7 @@ is not needed: projected savings are measured with the counter on the truncated 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated
 
@@ -92,6 +92,7 @@ from .._contract.policy import (
     SummaryRequest,
 )
 from .._head_tail import HeadTail, truncate_head_tail
+from .._identifiers.salience import salience
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
@@ -129,6 +130,7 @@ from .threshold_summary import (
     dropped_note,
     fallback_notes,
     fit_sections,
+    removed_lines,
     summary_message,
 )
 
@@ -593,20 +595,28 @@ class ThresholdPolicy:
         summary: Message | None = None
         if reply.text is not None:
             # The summary with the nudge and the dropped note, else (tight budgets) with the
-            # short nudge and the handle alone: a summary keeps more than any notice.
+            # short nudge and the handle alone, whichever keeps more of the summary's lines:
+            # a summary keeps more than any notice, and its lines more than the nudge's
+            # words. Its DATA lines go least salient first.
+            weight = _data_weight(plan.work)
+            best: tuple[int, str, str, str] | None = None
             for nudge, note in ((self.nudge, plan.note),
                                 (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
                 def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
                     message = summary_message(text, context, nudge=nudge, notice=self.notice,
                                               note=note)
                     return context.measure(plan.place(kept, message)) <= ceiling
-                text = fit_sections(reply.text, fits)
-                if text is not None:
-                    summary = summary_message(text, context, nudge=nudge, notice=self.notice,
-                                              note=note)
-                    if text != reply.text or nudge != self.nudge:
-                        notes.append("threshold: summary cut to fit the budget")
+                text = fit_sections(reply.text, fits, weight)
+                if text is not None and (best is None or removed_lines(text) < best[0]):
+                    best = (removed_lines(text), text, nudge, note)
+                if best is not None and best[0] == 0:
                     break
+            if best is not None:
+                _, text, nudge, note = best
+                summary = summary_message(text, context, nudge=nudge, notice=self.notice,
+                                          note=note)
+                if text != reply.text or nudge != self.nudge:
+                    notes.append("threshold: summary cut to fit the budget")
         if summary is None:  # the first notice that fits, the short one last
             for summary in self._notices(plan, context):
                 if context.measure(plan.place(kept, summary)) <= limit:
@@ -656,3 +666,20 @@ class ThresholdPolicy:
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
+
+
+def _data_weight(messages: Sequence[Message]) -> Callable[[str], float]:
+    """The salience of a summary's DATA line (its identifier's, the highest of its words'
+    otherwise), scored over ``messages`` when first asked (most summaries fit uncut)."""
+    scores: dict[str, float] = {}
+
+    def weight(line: str) -> float:
+        if not scores:
+            scores.update(salience(messages))
+            scores.setdefault("", 0.0)
+        value = line.strip().removeprefix("- ").strip()
+        if value in scores:
+            return scores[value]
+        return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
+                   default=0.0)
+    return weight

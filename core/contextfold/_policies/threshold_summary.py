@@ -18,6 +18,7 @@ __all__ = [
     "fallback_notes",
     "fit_sections",
     "insert_summary",
+    "removed_lines",
     "summary_message",
 ]
 
@@ -50,13 +51,15 @@ def summary_message(
     )
 
 
-def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
+def fit_sections(text: str, fits: Callable[[str], bool],
+                 weight: Callable[[str], float] | None = None) -> str | None:
     """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
-    with a line saying how many went; ``None`` when not even the headings fit."""
+    with a line saying how many went; ``None`` when not even the headings fit. ``weight``
+    ranks the DATA lines: the lightest go first (the latest first among equals)."""
     if fits(text):
         return text
     lines = text.strip().splitlines()
-    order = _removal_order(lines)
+    order = _removal_order(lines, weight)
     if not order:
         return _head_tail(text, fits)
 
@@ -77,10 +80,20 @@ def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
     return render(lo)
 
 
-def _removal_order(lines: list[str]) -> list[int]:
+def removed_lines(text: str) -> int:
+    """How many lines `fit_sections` left out of ``text`` (0 when none)."""
+    found = _OMITTED.search(text)
+    return int(found.group(1)) if found else 0
+
+
+_OMITTED = re.compile(r"^\[(\d+) line\(s\) of the summary omitted to fit\]$", re.MULTILINE)
+
+
+def _removal_order(lines: list[str], weight: Callable[[str], float] | None = None
+                   ) -> list[int]:
     """Indices of removable lines, first to go first; empty when there are no headings."""
     section: str | None = None
-    ranked: list[tuple[int, int, int]] = []
+    ranked: list[tuple[int, float, int]] = []
     progress: list[int] = []
     seen_heading = False
     for i, line in enumerate(lines):
@@ -93,6 +106,10 @@ def _removal_order(lines: list[str]) -> list[int]:
         if section == "PROGRESS":
             progress.append(i)
         rank = _RANK.get(section, 1)
+        if section == "DATA" and weight is not None:
+            # by weight, the latest first among equals (a tie breaks on the position)
+            ranked.append((rank, weight(line) - i / (len(lines) + 1) / 1e6, i))
+            continue
         ranked.append((rank, -i if section in ("DATA", "TASK") else i, i))
     if not seen_heading:
         return []
