@@ -111,6 +111,7 @@ from .learning import learned_in
 from .passes import strip_images
 from .reach import drop_beyond_reach, drop_groups
 from .rolling import frozen_prefix
+from .salience import cut_identifiers
 from .threshold_plan import (
     PASSES,
     Level,
@@ -127,9 +128,11 @@ from .threshold_plan import (
 )
 from .threshold_summary import (
     SUMMARY_HEADER,
+    data_lost,
     dropped_note,
     fallback_notes,
     fit_sections,
+    point_to_view,
     removed_lines,
     summary_message,
 )
@@ -520,7 +523,8 @@ class ThresholdPolicy:
         (spent once the reply was made), except the call of the loop still under way, whose
         signed reasoning a provider requires back (Anthropic's thinking blocks)."""
         text = truncate_head_tail(m.text, self.head_tail,
-                                  handle=handle_text(handle_for(m), context))
+                                  handle=handle_text(handle_for(m), context),
+                                  identifiers=cut_identifiers(m))
         others: tuple[ContentPart, ...] = ()
         if not isinstance(m.content, str):
             others = tuple(p for p in m.content if not isinstance(p, TextPart))
@@ -599,17 +603,27 @@ class ThresholdPolicy:
             # a summary keeps more than any notice, and its lines more than the nudge's
             # words. Its DATA lines go least salient first.
             weight = _data_weight(plan.work)
-            best: tuple[int, str, str, str] | None = None
+            texts = [reply.text]
+            if not self._fits(reply.text, plan, kept, context, ceiling):
+                # The requests it restates that stay in view after it pointed to instead,
+                # taken when that keeps more of its DATA lines.
+                pointed = point_to_view(reply.text, _requests_after(plan, kept, context))
+                texts += [pointed] if pointed != reply.text else []
+            best: tuple[tuple[int, int], str, str, str] | None = None
             for nudge, note in ((self.nudge, plan.note),
                                 (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
                 def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
                     message = summary_message(text, context, nudge=nudge, notice=self.notice,
                                               note=note)
                     return context.measure(plan.place(kept, message)) <= ceiling
-                text = fit_sections(reply.text, fits, weight)
-                if text is not None and (best is None or removed_lines(text) < best[0]):
-                    best = (removed_lines(text), text, nudge, note)
-                if best is not None and best[0] == 0:
+                for full in texts:
+                    text = fit_sections(full, fits, weight)
+                    if text is None:
+                        continue
+                    lost = (data_lost(reply.text, text), removed_lines(text))
+                    if best is None or lost < best[0]:
+                        best = (lost, text, nudge, note)
+                if best is not None and best[0] == (0, 0):
                     break
             if best is not None:
                 _, text, nudge, note = best
@@ -635,6 +649,13 @@ class ThresholdPolicy:
             notes=tuple(notes), details=plan_details(messages, plan, context, summary=used,
                                                       origin=reply.origin),
         )
+
+    def _fits(self, text: str, plan: Plan, kept: list[Message], context: CompactionContext,
+              ceiling: int) -> bool:
+        """Whether the summary ``text``, with the nudge and the dropped note, fits."""
+        message = summary_message(text, context, nudge=self.nudge, notice=self.notice,
+                                  note=plan.note)
+        return context.measure(plan.place(kept, message)) <= ceiling
 
     def _no_room(
         self, messages: Sequence[Message], plan: Plan, out: list[Message],
@@ -683,3 +704,12 @@ def _data_weight(messages: Sequence[Message]) -> Callable[[str], float]:
         return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
                    default=0.0)
     return weight
+
+
+def _requests_after(plan: Plan, kept: list[Message], context: CompactionContext) -> list[str]:
+    """The text of the user's messages that follow the summary where it goes."""
+    marker = Message(role="user", content="", source="summary", created_at=context.now)
+    out = plan.place(kept, marker)
+    at = next(i for i, m in enumerate(out) if m is marker)
+    return [m.text for m in out[at + 1:] if m.role == "user" and m.source is None]
+

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .._contract.policy import CompactionContext
 from .._head_tail import HeadTail, truncate_head_tail
@@ -14,10 +14,12 @@ from .._messages.structure import SYSTEM_ROLES
 
 __all__ = [
     "SUMMARY_HEADER",
+    "data_lost",
     "dropped_note",
     "fallback_notes",
     "fit_sections",
     "insert_summary",
+    "point_to_view",
     "removed_lines",
     "summary_message",
 ]
@@ -160,3 +162,40 @@ def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
     if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
         at = len(kept)  # only prompts after the system: the summary goes last
     return [*kept[:at], summary, *kept[at:]]
+
+
+_REQUEST_LINES = re.compile(
+    r"^(?P<lead>TASK: |- respond to the latest request: |- respond to the last request: )"
+    r"(?P<text>.+)$", re.MULTILINE)
+_CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
+
+
+def point_to_view(text: str, requests: Sequence[str]) -> str:
+    """``text`` with its TASK line and its "respond to the latest request" line pointing
+    to the request instead of restating it, when that request is in view verbatim (one of
+    ``requests``): on a tight budget the restatement costs what the DATA lines need."""
+    flat = [" ".join(r.split()) for r in requests]  # the summary's lines are on one line
+
+    def shorter(match: re.Match[str]) -> str:
+        pieces = [p.strip() for p in _CUT_MARK.split(match.group("text")) if p.strip()]
+        if pieces and any(all(p in r for p in pieces) for r in flat):
+            lead = match.group("lead")
+            if lead == "TASK: ":
+                return "TASK: the latest request, as the user wrote it (in view after this)"
+            return lead.rstrip(": ") + " (in view after this)"
+        return match.group()
+    return _REQUEST_LINES.sub(shorter, text)
+
+
+def data_lost(original: str, fitted: str) -> int:
+    """How many DATA lines of the summary ``original`` its ``fitted`` version lacks."""
+    kept = set(fitted.splitlines())
+    section: str | None = None
+    lost = 0
+    for line in original.strip().splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            section = heading.group(1)
+        elif section == "DATA" and line.strip() and line not in kept:
+            lost += 1
+    return lost
