@@ -459,8 +459,7 @@ def _fit(
                 best, best_out, high = message, middle, middle - 1
             else:
                 low = middle + 1
-        if best_out < len(by_salience):  # lines listing nothing: entries are shed instead
-            return _Fitted(best, 0, best_out)
+        return _Fitted(best, 0, best_out)
     return _shed_entries(entries, room, context, fresh, len(by_salience))
 
 
@@ -513,8 +512,8 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
     # With a store, the search tools (search_messages) find what is left out by its text.
     found = "; search_messages finds them in the stored history" if searchable else ""
     if left_out and not shed:
-        lines.append(f"[{left_out} less salient identifiers left out; the handles' "
-                     f"originals hold them{found}]")
+        lines.append(f"[{left_out} less salient identifiers left out of these lines; "
+                     f"each handle's original still holds them{found}]")
     if shed:
         lines.append(f"[{shed} older entries shed; the full history still holds them{found}]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
@@ -524,8 +523,8 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
 
 def _named(whats: dict[str, int]) -> dict[str, int]:
     """The tool names among ``whats`` (a name is an identifier a later call may write
-    again; "user", "assistant" and a decision's sentence are not), each once."""
-    return {w: 1 for w in whats if " " not in w and w not in ("user", "assistant")}
+    again; "user", "assistant" and a decision's sentence are not), with their counts."""
+    return {w: n for w, n in whats.items() if " " not in w and w not in ("user", "assistant")}
 
 
 def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> str:
