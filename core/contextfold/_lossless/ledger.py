@@ -151,6 +151,7 @@ def run_with_ledger(
     reserve: bool = True,
     frozen: int = 0,
     share: float = 1.0,
+    aim: float = 1.0,
 ) -> PolicyRun:
     """``run`` (a policy's) with the ledger carried: see the module docstring.
 
@@ -163,7 +164,10 @@ def run_with_ledger(
     and the new entries (those no earlier ledger holds) go in a ledger of their own right
     after the pass's summary, within what the earlier ones left of the ledger's room.
     ``share`` is the part of its room a merged ledger may fill (the rest is left to the
-    rolling passes that follow it).
+    rolling passes that follow it). ``aim`` is the part of that room a policy that compacts
+    to its target aims below it by: the ledger grows past it only into what the policy
+    left under the target (the room is an estimate that errs large; aiming below by all of
+    it leaves a policy short of its target when the ledger needs less).
     """
     if frozen:
         return (yield from _run_rolling(run, messages, context, ledger, frozen))
@@ -191,7 +195,7 @@ def run_with_ledger(
         held = sum(context.counter.count_message(m) for m in previous)
         share_of_budget = int(ledger.room(context, wanted, floor=False) * share)
         inner = _target_lowered(replace(context, fixed_tokens=context.fixed_tokens + held),
-                                min(room, share_of_budget) - held)
+                                int(min(room, share_of_budget) * aim) - held)
         outcome = yield from run(rest, inner)
         used = context.counter.count_messages(outcome.messages)
         left = context.available - used

@@ -269,12 +269,13 @@ class ThresholdPolicy:
 
         if self.ledger is None:
             return (yield from planned(messages, context))
-        # Its target leaves the ledger's room. A consolidated ledger takes half of it, so
-        # the rolling passes after it have room for their entries.
+        # Its target leaves half the ledger's room when rolling (so the rolling passes after
+        # a consolidation find room under the target for their blocks); the ledger may grow
+        # to its whole room from what the pass left under the target.
         return (yield from run_with_ledger(
             planned, messages, context, self.ledger, reserve=False,
             frozen=rolling.stable if rolling is not None else 0,
-            share=1.0))
+            aim=0.5 if self.rolling else 1.0))
 
     def _run(
         self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
