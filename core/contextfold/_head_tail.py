@@ -7,8 +7,9 @@ Given the identifiers the caller found salient in the text, a cut also keeps the
 the omitted middle that name them (a record id, an order number, a function name that
 only the middle held), within the characters today's cut takes: the head and the tail
 give up what the kept lines and the longer label need, and every cut then ends at a line
-or word boundary. The text layer does not recognise identifiers itself; the policies'
-layer passes them in.
+or word boundary. An identifier whose line no longer fits that room is named alone, on one
+bracketed line after the kept ones (``[also in the middle: HAT006; 2024-05-11]``). The text
+layer does not recognise identifiers itself; the policies' layer passes them in.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class HeadTail:
 _LINE_CHARS = 160  # the most kept of one middle line, around the identifier it names
 _LINES_SHARE = 0.5  # the most of head+tail the kept lines may take
 _BOUND_SHARE = 0.25  # how far a cut moves back to reach a line or word boundary
+_NAMED = "also in the middle: "  # the line naming identifiers whose own line did not fit
 
 
 def truncation_label(original: int, head: int, tail: int, handle: str | None = None,
@@ -109,23 +111,32 @@ def _with_lines(text: str, head: int, tail: int, label: int, handle: str | None,
     end = len(text) - tail
     shown = text[:head] + "\n" + text[end:]
     lines: list[str] = []
+    named: list[str] = []  # identifiers whose line does not fit: named alone
     taken: set[tuple[int, int]] = set()
     budget = int((head + tail) * _LINES_SHARE)
+    used = 0
     for value in identifiers:
-        if not value or value in shown or any(value in line for line in lines):
+        if (not value or value in shown or any(value in line for line in lines)
+                or value in named):
             continue
         at = text.find(value, head, end)
         if at < 0:
             continue
         span = _line_around(text, at, len(value), head, end)
-        if span in taken or sum(map(len, lines)) + span[1] - span[0] + 1 > budget:
+        if span in taken:
             continue
-        taken.add(span)
-        lines.append(text[span[0]:span[1]].strip())
+        if used + span[1] - span[0] + 1 <= budget:
+            taken.add(span)
+            lines.append(text[span[0]:span[1]].strip())
+            used += span[1] - span[0] + 1
+        elif used + len(value) + 2 <= budget + len(_NAMED) + 2:
+            named.append(value)
+            used += len(value) + 2
     lines = [line for line in lines if line]
-    if not lines:
+    if not lines and not named:
         return None
-    block = "\n".join(f"… {line}" for line in lines)
+    block = "\n".join([*(f"… {line}" for line in lines),
+                       *([f"[{_NAMED}{'; '.join(named)}]"] if named else [])])
     # The head and tail give up, in proportion, what the lines and the longer label take.
     new_label = truncation_label(len(text), head, tail, handle, len(lines))
     left = room - len(new_label) - len(block) - 3

@@ -69,3 +69,19 @@ def test_a_cut_keeping_lines_never_takes_more_than_the_plain_cut(
     for line in cut.splitlines():
         if line.startswith("… "):
             assert line[2:] in text
+
+
+def test_identifiers_whose_line_does_not_fit_are_named_alone() -> None:
+    # A tight cut: head and tail of a few dozen characters leave no room for a whole line
+    # of the middle, but its identifiers are still named, in no more than the plain cut.
+    text = log({100: "order ORD-9100", 150: "order ORD-9150", 200: "order ORD-9200"}, 300)
+    form = HeadTail(head_ratio=0.01, tail_ratio=0.01)
+    ids = ["ORD-9100", "ORD-9150", "ORD-9200"]
+    plain = truncate_head_tail(text, form, handle=HANDLE, max_chars=120)
+    cut = truncate_head_tail(text, form, handle=HANDLE, max_chars=120, identifiers=ids)
+    assert len(cut) <= len(plain)
+    named = [line for line in cut.splitlines() if line.startswith("[also in the middle: ")]
+    assert len(named) == 1
+    assert any(value in named[0] for value in ids)
+    assert all(value not in plain for value in ids)
+    assert HANDLE in cut

@@ -11,8 +11,9 @@ them::
 
 Kinds, in the order tried at one position: dotted names (``os.path.join``, a file name
 ``conftest.py``), CamelCase names (``ReviewTokenStore``, ``getUser``), snake_case and
-SCREAMING_CASE names (``_trim_end``, ``MAX_RETRIES``), numbers of four or more digits, and
-quoted values (a JSON key is not one); then function and method names, from their
+SCREAMING_CASE names (``_trim_end``, ``MAX_RETRIES``), numbers of four or more digits, times
+of day (``07:00``) and quoted values (a JSON key is not one; three characters are enough
+for a code, ``"PHL"``, that is not a plain word); then function and method names, from their
 definitions and calls. Every repeat is bounded and runs of identifier characters too long
 to be one are skipped (`.values.pieces`), so a scan is linear in the text.
 """
@@ -38,7 +39,11 @@ _NAMES = re.compile(
     r"|(?P<snake>\b_{0,2}[A-Za-z][A-Za-z0-9]{0,32}+(?:_[A-Za-z0-9]{1,32}+){1,12}\b)"
     # a number on its own (not a piece of "REF-AB01-0001", "1.5" or "12:30")
     r"|(?P<number>(?<![\w.,/:#$-])\d{4,64}+(?![\w/:-]|[.,]\d))"
-    r"|(?P<quoted>[\"'`](?P<value>[^\"'`\\\s:,{}\[\]()][^\"'`\\\n]{0,62}+)[\"'`](?![ \t]{0,8}+:))"
+    # a time of day on the 24-hour clock ("07:00", "21:30:05"), not a piece of a longer run
+    r"|(?P<clock>(?<![\w.:-])(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d)?(?![\w:]|[.,]\d))"
+    # a quoted value; a quote inside a word is an apostrophe ("I'll", "you're"), no quote
+    r"|(?P<quoted>(?<!\w)[\"'`](?P<value>[^\"'`\\\s:,{}\[\]()][^\"'`\\\n]{0,62}+)[\"'`]"
+    r"(?!\w)(?![ \t]{0,8}+:))"
     r")"
 )
 # A definition or a call: ``def name(``, ``class Name``, ``function name``, ``name(``.
@@ -68,16 +73,25 @@ def names_in(text: str) -> list[str]:
                 for part in (value, *value.split(".")):
                     _keep(seen, part)
                 continue
-            _keep(seen, value)
+            _keep(seen, value, short=kind in ("quoted", "clock"))
         for match in _CALLED.finditer(text, start, end):
             _keep(seen, match.group("defined") or match.group("called"))
     return list(seen)
 
 
-def _keep(seen: dict[str, None], value: str) -> None:
+def _keep(seen: dict[str, None], value: str, *, short: bool = False) -> None:
+    """Keep ``value`` when it is long enough to name something; ``short``: a quoted value
+    or a time of three or more characters that is not a plain word ("PHL", "v2", "9:30")."""
     value = value.strip()
-    if len(value) >= _MIN and value.lower() not in _COMMON:
+    if value.lower() in _COMMON:
+        return
+    if len(value) >= _MIN or (short and len(value) >= 3 and not _plain_word(value)):
         seen.setdefault(value, None)
+
+
+def _plain_word(value: str) -> bool:
+    """Letters only, lowercase or with one leading capital: a word, not a code."""
+    return value.isalpha() and (value.islower() or value[1:].islower())
 
 
 def names_of(message: Message) -> tuple[str, ...]:

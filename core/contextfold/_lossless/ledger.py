@@ -151,6 +151,7 @@ def run_with_ledger(
     reserve: bool = True,
     frozen: int = 0,
     share: float = 1.0,
+    aim: float = 1.0,
 ) -> PolicyRun:
     """``run`` (a policy's) with the ledger carried: see the module docstring.
 
@@ -163,7 +164,10 @@ def run_with_ledger(
     and the new entries (those no earlier ledger holds) go in a ledger of their own right
     after the pass's summary, within what the earlier ones left of the ledger's room.
     ``share`` is the part of its room a merged ledger may fill (the rest is left to the
-    rolling passes that follow it).
+    rolling passes that follow it). ``aim`` is the part of that room a policy that compacts
+    to its target aims below it by: the ledger grows past it only into what the policy
+    left under the target (the room is an estimate that errs large; aiming below by all of
+    it leaves a policy short of its target when the ledger needs less).
     """
     if frozen:
         return (yield from _run_rolling(run, messages, context, ledger, frozen))
@@ -191,7 +195,7 @@ def run_with_ledger(
         held = sum(context.counter.count_message(m) for m in previous)
         share_of_budget = int(ledger.room(context, wanted, floor=False) * share)
         inner = _target_lowered(replace(context, fixed_tokens=context.fixed_tokens + held),
-                                min(room, share_of_budget) - held)
+                                int(min(room, share_of_budget) * aim) - held)
         outcome = yield from run(rest, inner)
         used = context.counter.count_messages(outcome.messages)
         left = context.available - used
@@ -439,16 +443,22 @@ def _fit(
     full = _message(entries, shown, 0, 0)
     if fits(full) <= room:
         return _Fitted(full)
+    # Short of room, the identifiers outrank the words saying what each original was: the
+    # lines keep their handles, tool names and identifiers only, then the least salient go.
+    terse = _message(entries, shown, 0, 0, terse=True)
+    if fits(terse) <= room:
+        return _Fitted(terse)
     by_salience = sorted(((ranks.score(v), -k, n) for k, values in enumerate(shown)
                           for n, v in enumerate(values)))
-    bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable)
+    bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable,
+                    terse=True)
     if fits(bare) <= room:
         low, high = 1, len(by_salience)  # the fewest left out that fit
         best, best_out = bare, len(by_salience)
         while low <= high:
             middle = (low + high) // 2
             message = _message(entries, _without(shown, by_salience[:middle]), 0, middle,
-                               searchable)
+                               searchable, terse=True)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
@@ -492,16 +502,16 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
 
 
 def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
-             left_out: int, searchable: bool = False) -> Message:
-    """The ledger message: one line per handle (what its original holds, in short, and
-    the identifiers shown for it), in the order of the conversation."""
+             left_out: int, searchable: bool = False, *, terse: bool = False) -> Message:
+    """The ledger message: one line per handle (what its original holds, in short, unless
+    ``terse``, and the identifiers shown for it), in the order of the conversation."""
     groups: dict[str | int, tuple[str | None, dict[str, int], list[str]]] = {}
     for k, (entry, values) in enumerate(zip(entries, shown, strict=True)):
         _, whats, listed = groups.setdefault(entry.handle or k, (entry.handle, {}, []))
         what = entry.what()
         whats[what] = whats.get(what, 0) + 1
         listed.extend(values)
-    lines = [LEDGER_HEADER, *(_line(handle, whats, listed)
+    lines = [LEDGER_HEADER, *(_line(handle, _named(whats) if terse else whats, listed)
                               for handle, whats, listed in groups.values())]
     # With a store, the search tools (search_messages) find what is left out by its text.
     found = "; search_messages finds them in the stored history" if searchable else ""
@@ -515,10 +525,17 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
                                            "shed": shed}})
 
 
+def _named(whats: dict[str, int]) -> dict[str, int]:
+    """The tool names among ``whats`` (a name is an identifier a later call may write
+    again; "user", "assistant" and a decision's sentence are not), with their counts."""
+    return {w: n for w, n in whats.items() if " " not in w and w not in ("user", "assistant")}
+
+
 def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> str:
     head = f"- [{handle}] " if handle else "- "
     what = "; ".join(w if n == 1 else f"{w} x{n}" for w, n in whats.items())
-    return head + what + (f" -> {'; '.join(listed)}" if listed else "")
+    return head + what + (f"-> {'; '.join(listed)}" if not what and listed
+                          else f" -> {'; '.join(listed)}" if listed else "")
 
 
 def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = None

@@ -40,9 +40,11 @@ nor, once answered, in the newest group.
 Dropping takes whole groups (a call with its results, or a standalone message), oldest
 first, never the task prompt, the latest request or the newest group; their full text
 goes into the summary request with the truncated targets, so the summary's DATA keeps
-their identifiers, and the store keeps the full history. When no step reaches the target,
-the least degraded one whose output fits the input budget with the summary's room is used,
-else the least degraded one that fits with the notice. When none fits, the task prompt
+their identifiers, and the store keeps the full history. When no step reaches the target
+with the summary's room, the least degraded one that reaches it with a short summary's
+room is used (the summary then takes what is left under the target); else the
+least degraded one whose output fits the input budget with the summary's room, else with
+the notice's. When none fits, the task prompt
 and the newest group are cut head+tail (their tool calls kept) to the largest common size
 that fits, with the threshold design's notice or, when not even that fits, a
 `SHORT_NOTICE`. The latest request stays verbatim while it fits the budget beside
@@ -77,7 +79,7 @@ is not needed: projected savings are measured with the counter on the truncated 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated
 
@@ -90,6 +92,7 @@ from .._contract.policy import (
     SummaryRequest,
 )
 from .._head_tail import HeadTail, truncate_head_tail
+from .._identifiers.salience import salience
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
@@ -108,6 +111,7 @@ from .learning import learned_in
 from .passes import strip_images
 from .reach import drop_beyond_reach, drop_groups
 from .rolling import frozen_prefix
+from .salience import cut_identifiers
 from .threshold_plan import (
     PASSES,
     Level,
@@ -124,9 +128,12 @@ from .threshold_plan import (
 )
 from .threshold_summary import (
     SUMMARY_HEADER,
+    data_lost,
     dropped_note,
     fallback_notes,
     fit_sections,
+    point_to_view,
+    removed_lines,
     summary_message,
 )
 
@@ -262,12 +269,13 @@ class ThresholdPolicy:
 
         if self.ledger is None:
             return (yield from planned(messages, context))
-        # Its target leaves the ledger's room. A consolidated ledger takes half of it, so
-        # the rolling passes after it have room for their entries.
+        # Its target leaves half the ledger's room when rolling (so the rolling passes after
+        # a consolidation find room under the target for their blocks); the ledger may grow
+        # to its whole room from what the pass left under the target.
         return (yield from run_with_ledger(
             planned, messages, context, self.ledger, reserve=False,
             frozen=rolling.stable if rolling is not None else 0,
-            share=0.5 if self.rolling else 1.0))
+            aim=0.5 if self.rolling else 1.0))
 
     def _run(
         self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
@@ -377,14 +385,20 @@ class ThresholdPolicy:
             if size + offset + reserve <= target:
                 return plan
             tried.append((plan, size))
-        # None reaches the target: the least degraded that fits with the summary's room, else
-        # with a short summary's (its TASK and DATA lines keep more than the notice).
+        # None reaches the target with the summary's room: the least degraded that reaches it
+        # with a short summary's (an output under the target beats a longer summary over
+        # it); else the least degraded that fits the budget with the summary's room, a short
+        # summary's (its TASK and DATA lines keep more than the notice), the notice's.
         short = self._wrapper_tokens(context, short=True) + SHORT_SUMMARY_TOKENS
         notice = self._notice_tokens(context)
-        for room in (reserve, short, notice):
-            for plan, size in tried:
-                if size + room <= limit:
-                    return plan
+        for ceiling, rooms in ((target - offset, (reserve, short)),
+                               (limit, (reserve, short, notice))):
+            for room in rooms:
+                for plan, size in tried:
+                    if size + room <= ceiling:
+                        if ceiling < limit:  # the summary then takes what is left under it
+                            plan.reserve = min(plan.reserve, ceiling - size)
+                        return plan
         return self._to_the_bone(tried[-1][0], context)
 
     def _plan_at(
@@ -510,7 +524,8 @@ class ThresholdPolicy:
         (spent once the reply was made), except the call of the loop still under way, whose
         signed reasoning a provider requires back (Anthropic's thinking blocks)."""
         text = truncate_head_tail(m.text, self.head_tail,
-                                  handle=handle_text(handle_for(m), context))
+                                  handle=handle_text(handle_for(m), context),
+                                  identifiers=cut_identifiers(m))
         others: tuple[ContentPart, ...] = ()
         if not isinstance(m.content, str):
             others = tuple(p for p in m.content if not isinstance(p, TextPart))
@@ -585,20 +600,38 @@ class ThresholdPolicy:
         summary: Message | None = None
         if reply.text is not None:
             # The summary with the nudge and the dropped note, else (tight budgets) with the
-            # short nudge and the handle alone: a summary keeps more than any notice.
+            # short nudge and the handle alone, whichever keeps more of the summary's lines:
+            # a summary keeps more than any notice, and its lines more than the nudge's
+            # words. Its DATA lines go least salient first.
+            weight = _data_weight(plan.work)
+            texts = [reply.text]
+            if not self._fits(reply.text, plan, kept, context, ceiling):
+                # The requests it restates that stay in view after it pointed to instead,
+                # taken when that keeps more of its DATA lines.
+                pointed = point_to_view(reply.text, _requests_after(plan, kept, context))
+                texts += [pointed] if pointed != reply.text else []
+            best: tuple[tuple[int, int], str, str, str] | None = None
             for nudge, note in ((self.nudge, plan.note),
                                 (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
                 def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
                     message = summary_message(text, context, nudge=nudge, notice=self.notice,
                                               note=note)
                     return context.measure(plan.place(kept, message)) <= ceiling
-                text = fit_sections(reply.text, fits)
-                if text is not None:
-                    summary = summary_message(text, context, nudge=nudge, notice=self.notice,
-                                              note=note)
-                    if text != reply.text or nudge != self.nudge:
-                        notes.append("threshold: summary cut to fit the budget")
+                for full in texts:
+                    text = fit_sections(full, fits, weight)
+                    if text is None:
+                        continue
+                    lost = (data_lost(reply.text, text), removed_lines(text))
+                    if best is None or lost < best[0]:
+                        best = (lost, text, nudge, note)
+                if best is not None and best[0] == (0, 0):
                     break
+            if best is not None:
+                _, text, nudge, note = best
+                summary = summary_message(text, context, nudge=nudge, notice=self.notice,
+                                          note=note)
+                if text != reply.text or nudge != self.nudge:
+                    notes.append("threshold: summary cut to fit the budget")
         if summary is None:  # the first notice that fits, the short one last
             for summary in self._notices(plan, context):
                 if context.measure(plan.place(kept, summary)) <= limit:
@@ -617,6 +650,13 @@ class ThresholdPolicy:
             notes=tuple(notes), details=plan_details(messages, plan, context, summary=used,
                                                       origin=reply.origin),
         )
+
+    def _fits(self, text: str, plan: Plan, kept: list[Message], context: CompactionContext,
+              ceiling: int) -> bool:
+        """Whether the summary ``text``, with the nudge and the dropped note, fits."""
+        message = summary_message(text, context, nudge=self.nudge, notice=self.notice,
+                                  note=plan.note)
+        return context.measure(plan.place(kept, message)) <= ceiling
 
     def _no_room(
         self, messages: Sequence[Message], plan: Plan, out: list[Message],
@@ -648,3 +688,29 @@ class ThresholdPolicy:
             needed=context.measure(out),
             available=context.budget.input_budget,
         )
+
+
+def _data_weight(messages: Sequence[Message]) -> Callable[[str], float]:
+    """The salience of a summary's DATA line (its identifier's, the highest of its words'
+    otherwise), scored over ``messages`` when first asked (most summaries fit uncut)."""
+    scores: dict[str, float] = {}
+
+    def weight(line: str) -> float:
+        if not scores:
+            scores.update(salience(messages))
+            scores.setdefault("", 0.0)
+        value = line.strip().removeprefix("- ").strip()
+        if value in scores:
+            return scores[value]
+        return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
+                   default=0.0)
+    return weight
+
+
+def _requests_after(plan: Plan, kept: list[Message], context: CompactionContext) -> list[str]:
+    """The text of the user's messages that follow the summary where it goes."""
+    marker = Message(role="user", content="", source="summary", created_at=context.now)
+    out = plan.place(kept, marker)
+    at = next(i for i, m in enumerate(out) if m is marker)
+    return [m.text for m in out[at + 1:] if m.role == "user" and m.source is None]
+

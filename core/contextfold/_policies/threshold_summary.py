@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .._contract.policy import CompactionContext
 from .._head_tail import HeadTail, truncate_head_tail
@@ -14,10 +14,13 @@ from .._messages.structure import SYSTEM_ROLES
 
 __all__ = [
     "SUMMARY_HEADER",
+    "data_lost",
     "dropped_note",
     "fallback_notes",
     "fit_sections",
     "insert_summary",
+    "point_to_view",
+    "removed_lines",
     "summary_message",
 ]
 
@@ -27,9 +30,12 @@ SUMMARY_HEADER = "[Compaction Summary]\n\n"
 
 _HEADING = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
 
-# Removal rank of a line by section (lower goes first); headings and TASK are never removed
-# here. PROGRESS's first and last steps rank with REMAINING.
-_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "REMAINING": 3, "DATA": 4}
+# Removal rank of a line by section (lower goes first); headings and TASK's first line (the
+# latest request) are never removed here; the earlier requests under it go after the
+# progress and decisions (their text is in the originals), before what remains and the data.
+# PROGRESS's first and last steps rank with REMAINING.
+_RANK = {"PROGRESS": 0, "DECISIONS": 1, "ERRORS": 1, None: 1, "TASK": 2, "REMAINING": 3,
+         "DATA": 4}
 
 
 def summary_message(
@@ -47,13 +53,15 @@ def summary_message(
     )
 
 
-def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
+def fit_sections(text: str, fits: Callable[[str], bool],
+                 weight: Callable[[str], float] | None = None) -> str | None:
     """``text`` with the fewest lines removed (in the module's order) so ``fits`` holds,
-    with a line saying how many went; ``None`` when not even the headings fit."""
+    with a line saying how many went; ``None`` when not even the headings fit. ``weight``
+    ranks the DATA lines: the lightest go first (the latest first among equals)."""
     if fits(text):
         return text
     lines = text.strip().splitlines()
-    order = _removal_order(lines)
+    order = _removal_order(lines, weight)
     if not order:
         return _head_tail(text, fits)
 
@@ -74,10 +82,20 @@ def fit_sections(text: str, fits: Callable[[str], bool]) -> str | None:
     return render(lo)
 
 
-def _removal_order(lines: list[str]) -> list[int]:
+def removed_lines(text: str) -> int:
+    """How many lines `fit_sections` left out of ``text`` (0 when none)."""
+    found = _OMITTED.search(text)
+    return int(found.group(1)) if found else 0
+
+
+_OMITTED = re.compile(r"^\[(\d+) line\(s\) of the summary omitted to fit\]$", re.MULTILINE)
+
+
+def _removal_order(lines: list[str], weight: Callable[[str], float] | None = None
+                   ) -> list[int]:
     """Indices of removable lines, first to go first; empty when there are no headings."""
     section: str | None = None
-    ranked: list[tuple[int, int, int]] = []
+    ranked: list[tuple[int, float, int]] = []
     progress: list[int] = []
     seen_heading = False
     for i, line in enumerate(lines):
@@ -85,12 +103,16 @@ def _removal_order(lines: list[str]) -> list[int]:
         if heading:
             section, seen_heading = heading.group(1), True
             continue
-        if not line.strip() or section == "TASK":
+        if not line.strip():
             continue
         if section == "PROGRESS":
             progress.append(i)
         rank = _RANK.get(section, 1)
-        ranked.append((rank, -i if section == "DATA" else i, i))
+        if section == "DATA" and weight is not None:
+            # by weight, the latest first among equals (a tie breaks on the position)
+            ranked.append((rank, weight(line) - i / (len(lines) + 1) / 1e6, i))
+            continue
+        ranked.append((rank, -i if section in ("DATA", "TASK") else i, i))
     if not seen_heading:
         return []
     if len(progress) > 2:  # the first and the latest step stay with REMAINING
@@ -140,3 +162,40 @@ def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
     if at == 0 or kept[at - 1].role in SYSTEM_ROLES:
         at = len(kept)  # only prompts after the system: the summary goes last
     return [*kept[:at], summary, *kept[at:]]
+
+
+_REQUEST_LINES = re.compile(
+    r"^(?P<lead>TASK: |- respond to the latest request: |- respond to the last request: )"
+    r"(?P<text>.+)$", re.MULTILINE)
+_CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
+
+
+def point_to_view(text: str, requests: Sequence[str]) -> str:
+    """``text`` with its TASK line and its "respond to the latest request" line pointing
+    to the request instead of restating it, when that request is in view verbatim (one of
+    ``requests``): on a tight budget the restatement costs what the DATA lines need."""
+    flat = [" ".join(r.split()) for r in requests]  # the summary's lines are on one line
+
+    def shorter(match: re.Match[str]) -> str:
+        pieces = [p.strip() for p in _CUT_MARK.split(match.group("text")) if p.strip()]
+        if pieces and any(all(p in r for p in pieces) for r in flat):
+            lead = match.group("lead")
+            if lead == "TASK: ":
+                return "TASK: the latest request, as the user wrote it (in view after this)"
+            return lead.rstrip(": ") + " (in view after this)"
+        return match.group()
+    return _REQUEST_LINES.sub(shorter, text)
+
+
+def data_lost(original: str, fitted: str) -> int:
+    """How many DATA lines of the summary ``original`` its ``fitted`` version lacks."""
+    kept = set(fitted.splitlines())
+    section: str | None = None
+    lost = 0
+    for line in original.strip().splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            section = heading.group(1)
+        elif section == "DATA" and line.strip() and line not in kept:
+            lost += 1
+    return lost
