@@ -72,7 +72,8 @@ def loop(call: Callable[[list[Any]], bool], convert: Callable[[list[cf.Message]]
     """Durations of the calls that compacted and of the others, in ms."""
     history = convert([cf.Message("system", "You look records up."),
                        cf.Message("user", "Look up every record and list the refs.")])
-    crossing, others = [], []
+    crossing: list[float] = []
+    others: list[float] = []
     for step in steps(count):
         history = [*history, *convert(step)]
         started = time.perf_counter()

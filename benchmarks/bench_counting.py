@@ -60,7 +60,7 @@ def langchain_tiktoken_counter(encoding: Any) -> Callable[[list[Any]], int]:
     (3 tokens per message, 1 per name, 3 priming), with tool calls and call ids counted."""
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-    roles = {
+    roles: dict[type, str] = {
         HumanMessage: "user",
         AIMessage: "assistant",
         ToolMessage: "tool",

@@ -78,7 +78,7 @@ def handler(request: ModelRequest) -> ModelResponse[Any]:
     return REPLY
 
 
-def request_for(messages: list[BaseMessage], model: Any) -> ModelRequest:
+def request_for(messages: list[Any], model: Any) -> ModelRequest:
     return ModelRequest(model=model, messages=messages, system_message=SYSTEM, tools=[lookup],
                         state={"messages": messages})
 
@@ -114,7 +114,7 @@ def contenders(model: Any) -> dict[str, Callable[[list[BaseMessage]], Any]]:
         "contextfold CompactionMiddleware": lambda m: ours.wrap_model_call(
             request_for(m, model), handler),
         "langchain SummarizationMiddleware": lambda m: summarization.before_model(
-            {"messages": m}, None),  # type: ignore[arg-type]
+            {"messages": m}, None),  # type: ignore[arg-type, typeddict-item]
         "langchain ContextEditingMiddleware": lambda m: editing.wrap_model_call(
             request_for(m, model), handler),
     }

@@ -34,6 +34,7 @@ import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,7 @@ def measure_sync(factory: MemoryFactory, n: int, cell: float = CELL_SECONDS
         for i in range(OPS):
             message = step(i)
             op = "put"
-            times["put"].append(_timed(lambda m=message: memory.put(m)))
+            times["put"].append(_timed(partial(memory.put, message)))
             op = "get"
             times["get"].append(_timed(memory.get))
             if time.perf_counter() - started > cell and i >= 2:
@@ -148,7 +149,7 @@ def _puts_only(memory: Any) -> float | str:
     """Median ms of puts alone (for a memory whose first get passed the cap)."""
     try:
         messages = [step(i) for i in range(10)]
-        times = [_timed(lambda m=m: memory.put(m)) for m in messages]
+        times = [_timed(partial(memory.put, m)) for m in messages]
     except _TooSlow:
         return f">{OP_SECONDS * 1000:,.0f}"
     return statistics.median(times) * 1000
@@ -172,7 +173,7 @@ def measure_async(factory: MemoryFactory, n: int, cell: float = CELL_SECONDS
         started = time.perf_counter()
         for i in range(OPS):
             message = step(i)
-            times["aput"].append(await timed(lambda m=message: memory.aput(m)))
+            times["aput"].append(await timed(partial(memory.aput, message)))
             times["aget"].append(await timed(memory.aget))
             if time.perf_counter() - started > cell and i >= 2:
                 break

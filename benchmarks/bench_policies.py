@@ -28,6 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -239,15 +240,15 @@ def turn_growth_rows(quick: bool) -> list[dict[str, Any]]:
                   current: list[list[cf.Message]] = current) -> None:
             current[0] = [dataclasses.replace(m) for m in history]
 
-        times["ours"][n] = best_of(
-            lambda current=current: cf.compact(current[0], policy=cf.TurnAwarePolicy(),
-                                               budget=budget, counter=exact_counter()),
-            repeat=1 if quick else 3, setup=fresh)
-        lc = to_langchain(history)
+        def ours(current: list[list[cf.Message]] = current) -> object:
+            return cf.compact(current[0], policy=cf.TurnAwarePolicy(), budget=budget,
+                              counter=exact_counter())
+
+        times["ours"][n] = best_of(ours, repeat=1 if quick else 3, setup=fresh)
         times["peer"][n] = best_of(
-            lambda lc=lc: trim_messages(lc, max_tokens=budget.input_budget, strategy="last",
-                                        token_counter=count_tokens_approximately,
-                                        include_system=True, start_on="human"),
+            partial(trim_messages, to_langchain(history), max_tokens=budget.input_budget,
+                    strategy="last", token_counter=count_tokens_approximately,
+                    include_system=True, start_on="human"),
             repeat=1 if quick else 3)
     growth = {side: t[4_000] / t[1_000] for side, t in times.items()}
     return [{

@@ -44,6 +44,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def llama_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
         first.store.close()
         return took
 
-    ours = {kept: _fastest(lambda k=kept: resumed(k), repeat) for kept in (True, False)}
+    ours = {kept: _fastest(partial(resumed, kept), repeat) for kept in (True, False)}
     peer = _fastest(lambda: _llama_memory_first_get(folder, history), repeat)
     return _rows("CompactingMemory first get", n, ours, peer,
                  "LlamaIndex Memory's first get of the same history (resumed from SQLite)")
@@ -183,13 +184,17 @@ def langchain_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
     model = GenericFakeChatModel(messages=iter(["ok"] * 100))
     reply = ModelResponse(result=[AIMessage("ok")])
 
-    def call(path: Path, policy: cf.Policy, messages: list[Any]) -> Callable[[], object]:
+    def call(path: Path, policy: cf.policy.Policy, messages: list[Any]) -> Callable[[], object]:
         store = cf.SQLiteStore(path)
         hook = CompactionMiddleware(policy=policy, budget=BUDGET, counter=counter(),
                                     summarizer=cf.ExtractiveSummarizer(), store=store)
         request = ModelRequest(model=model, messages=messages, system_message=None, tools=[],
                                state={"messages": messages})
-        return lambda: (hook.wrap_model_call(request, lambda r: reply), store.close())
+        def first() -> None:
+            hook.wrap_model_call(request, lambda r: reply)
+            store.close()
+
+        return first
 
     count = langchain_tiktoken_counter(counter().encoding)
 
@@ -205,11 +210,11 @@ def langchain_rows(folder: Path, repeat: int, n: int) -> list[dict[str, Any]]:
         source = folder / f"langchain-{policy.name}.db"
         call(source, policy, copy.deepcopy(checkpoint))()  # the earlier process
 
-        def resumed(kept: bool, policy: cf.Policy = policy, source: Path = source) -> float:
+        def resumed(kept: bool, policy: cf.policy.Policy = policy, source: Path = source) -> float:
             first = call(_copy(source, kept), policy, copy.deepcopy(checkpoint))
             return _timed(first)
 
-        ours = {kept: _fastest(lambda k=kept: resumed(k), repeat) for kept in (True, False)}
+        ours = {kept: _fastest(partial(resumed, kept), repeat) for kept in (True, False)}
         rows += _rows(f"CompactionMiddleware first call, {policy.name}", n, ours, peer,
                       f"trim_messages, {ENCODING} counter, same budget")
     return rows
@@ -239,7 +244,7 @@ def summarized_rows(folder: Path, n: int) -> list[dict[str, Any]]:
                                     counter=counter(), summarizer=summarizer, store=store)
 
         def call(k: int) -> None:
-            messages = checkpoint[:k]
+            messages: list[Any] = checkpoint[:k]
             request = ModelRequest(model=model, messages=messages, system_message=None,
                                    tools=[], state={"messages": messages})
             hook.wrap_model_call(request, lambda r: reply)
@@ -270,7 +275,7 @@ def summarized_rows(folder: Path, n: int) -> list[dict[str, Any]]:
                 with sqlite3.connect(path) as conn:
                     conn.execute('DELETE FROM "contextfold_compaction_states"')
             first, summarizer, store = process(path)
-            took = _timed(lambda first=first: first(n))  # the next call, in the new process
+            took = _timed(partial(first, n))  # the next call, in the new process
             store.close()
             state = "kept compaction state" if kept else "no kept compaction state"
             rows.append({"name": f"CompactionMiddleware first call after resume, "

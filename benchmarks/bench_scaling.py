@@ -36,7 +36,7 @@ import contextfold as cf
 SIZES = (1_000, 3_000, 10_000, 30_000, 100_000)
 QUICK_SIZES = (1_000, 2_000)
 BUDGET = cf.Budget.for_model("gpt-4o")
-POLICIES: dict[str, Callable[[], cf.Policy]] = {
+POLICIES: dict[str, Callable[[], cf.policy.Policy]] = {
     "threshold": cf.ThresholdPolicy,
     "tiered": cf.TieredPolicy,
     "summary": cf.SummaryPolicy,

@@ -20,7 +20,7 @@ machine, not a ratio.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,11 @@ def rows_for(n: int, repeat: int) -> list[dict[str, Any]]:
     def grow() -> None:  # an agent loop: the previous call's list plus one new message
         current[0] = [*current[0], dataclasses.replace(extra)]
 
+    def on_current(strategy: str) -> Callable[[], object]:
+        return lambda: ours(current[0], counter, strategy)
+
     warm = {
-        strategy: best_of(lambda s=strategy: ours(current[0], counter, s), runs * 2, grow)
+        strategy: best_of(on_current(strategy), runs * 2, grow)
         for strategy in ("oldest_first", "middle_out")
     }
     peer = best_of(lambda: trim(lc, lc_count), runs)
