@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from contextfold import Message
@@ -25,7 +25,8 @@ _PIECES = st.sampled_from([
     "decided", "DECIDED", "Concluded", "agreed", "will do", "WILL DO", "won't do", "wOn'T dO",
     "determined", "reſolved", "resolved", "task", "TASK", "Objective", "objectives",
     "decİded", "tasK", "taſk", "İ", "ı", "K", "ſ", "x", "A", "9", "٣", "12", "AB-1234", "_",
-    " ", "\n", ".", ":", "/", "#", "+", "-", "@", ",", ";", "'", "é",
+    " ", "\n", "\t", "\x1c", "\x7f", "\x00", "=", ".", ":", "/", "#", "+", "-", "@", ",", ";",
+    "'", "é", "\u00a0",
 ])
 _TEXTS = st.lists(_PIECES, max_size=30).map("".join) | st.text(max_size=60)
 
@@ -41,7 +42,10 @@ def _plain_identifiers(text: str) -> set[str]:
     return found
 
 
+@settings(max_examples=400)
 @given(_TEXTS)
+@example("".join(f"AB-{n}{chr(n)}" for n in range(128)))  # every ASCII separator
+@example("order 12345\u00a0ref 9876")  # a space outside ASCII
 def test_identifiers_are_the_digit_runs_of_the_text(text: str) -> None:
     assert identifiers(text) == _plain_identifiers(text)
 

@@ -48,6 +48,10 @@ DECISION_RE = re.compile(
 TASK_RE = re.compile(r"\b(task|objective)", re.IGNORECASE)
 _TOKEN_RE = re.compile(r"[\w.@:/#+-]+")
 _DIGIT_RE = re.compile(r"\d")
+# For an ASCII text: every character outside `_TOKEN_RE`'s class turned into a space, so
+# that ``split()`` finds the same runs as the pattern, several times faster.
+_NON_TOKEN_TO_SPACE = str.maketrans({
+    chr(c): " " for c in range(128) if not re.fullmatch(r"[\w.@:/#+-]", chr(c))})
 # The words the two patterns below need, lowercased. A case-insensitive pattern cannot
 # skip ahead to a literal and costs more than the rest of a message's score; in an ASCII
 # text it can only match where one of its words appears in the lowered text, which a
@@ -108,7 +112,9 @@ DEFAULT_WEIGHTS = ImportanceWeights()
 def identifiers(text: str) -> set[str]:
     """The identifier-like tokens of ``text`` (at least 4 characters, at least one digit)."""
     found = set()
-    for token in filter(_DIGIT_RE.search, _TOKEN_RE.findall(text)):  # tested in C
+    tokens = (text.translate(_NON_TOKEN_TO_SPACE).split() if text.isascii()
+              else _TOKEN_RE.findall(text))
+    for token in filter(_DIGIT_RE.search, tokens):  # tested in C
         token = token.strip(".:,;/#-+")
         if len(token) >= 4:
             found.add(token)
