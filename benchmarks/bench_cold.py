@@ -23,7 +23,9 @@ Rows give ratios with the peer's time over ours (above 1: contextfold is faster)
 tokenizer rows say "within 1.0x a pass" when the ratio is 1 or more. In the full run the
 100k-message rows compare every policy's first ``compact()`` with ``trim_messages`` (one
 run each: a run takes tens of seconds). The machine's load average is in every row's
-notes: on a shared machine the threads that count in parallel have no free core.
+notes: on a shared machine the threads that count in parallel have no free core. Every
+row's notes also give the process's CPU time per run (``timed``): unlike the wall time,
+it does not grow with the waits for a core, so runs on a busy machine stay comparable.
 
     .venv/bin/python benchmarks/run.py cold [--quick]
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -107,6 +110,19 @@ def trim(lc: list[Any], count: Callable[[list[Any]], int]) -> None:
                   include_system=True, start_on="human")
 
 
+def timed(fn: Callable[[], object], repeat: int) -> tuple[float, str]:
+    """``run.best_of(fn, repeat)`` and a note of the process's CPU time per run. On a busy
+    machine the wall time takes in the waits for a core; the CPU time does not, so the
+    note keeps runs on a loaded and an idle machine comparable (it adds the counting
+    threads' time: unloaded, it can exceed the wall time)."""
+    from run import best_of
+
+    started = time.process_time()
+    wall = best_of(fn, repeat)
+    cpu = (time.process_time() - started) * 1000 / max(1, repeat)
+    return wall, f"CPU {cpu:,.0f} ms/run"
+
+
 def _texts(messages: list[cf.Message]) -> list[str]:
     """The texts a counter encodes: content, reasoning, call arguments, the call id."""
     out = []
@@ -120,7 +136,6 @@ def _texts(messages: list[cf.Message]) -> list[str]:
 def rows_at(n: int, policies: list[str], repeat: int) -> list[dict[str, Any]]:
     """The 10k rows: each contender against the tokenizer pass and ``trim_messages``."""
     from bench_counting import langchain_tiktoken_counter, to_langchain
-    from run import best_of
 
     base = history(n)
     raw = cf.to_openai(base)
@@ -129,32 +144,33 @@ def rows_at(n: int, policies: list[str], repeat: int) -> list[dict[str, Any]]:
     texts = _texts(base)
     lc_count = langchain_tiktoken_counter(encoding)
     label = f"{n // 1000}k msgs"
-    single = best_of(lambda: tokenizer_pass(texts, encoding), repeat)
+    single, single_cpu = timed(lambda: tokenizer_pass(texts, encoding), repeat)
     tokens = sum(len(encoding.encode_ordinary(t)) for t in texts)
-    peer = best_of(lambda: trim(lc, lc_count), repeat)
+    peer, peer_cpu = timed(lambda: trim(lc, lc_count), repeat)
     rows: list[dict[str, Any]] = [{
         "name": f"tokenizer pass, {label} (reference)", "ours": single, "unit": "ms",
-        "notes": f"{tokens:,} tokens in {len(texts):,} texts, one thread; {_load()}",
+        "notes": f"{tokens:,} tokens in {len(texts):,} texts, one thread; {single_cpu}; "
+                 f"{_load()}",
     }, {
         "name": f"trim_messages, {label} (peer)", "ours": peer, "unit": "ms",
-        "notes": f"{peer / single:.1f}x the tokenizer pass; {_load()}",
+        "notes": f"{peer / single:.1f}x the tokenizer pass; {peer_cpu}; {_load()}",
     }]
     for policy in policies:
-        ours = best_of(partial(first_compact, raw, policy), repeat)
+        ours, cpu = timed(partial(first_compact, raw, policy), repeat)
         rows.append({
             "name": f"first compact(), {label}: {policy} vs a tokenizer pass", "ours": ours,
             "peer": single, "unit": "ms",
-            "notes": f"conversion included; target: ratio >= 1.0; {_load()}",
+            "notes": f"conversion included; target: ratio >= 1.0; {cpu}; {_load()}",
         })
         rows.append({
             "name": f"first compact(), {label}: {policy} vs trim_messages", "ours": ours,
-            "peer": peer, "unit": "ms", "notes": f"target: ratio >= 10; {_load()}",
+            "peer": peer, "unit": "ms", "notes": f"target: ratio >= 10; {cpu}; {_load()}",
         })
-    invoke = best_of(lambda: first_invoke(lc), repeat)
+    invoke, cpu = timed(lambda: first_invoke(lc), repeat)
     rows.append({
         "name": f"with_compaction first invoke, {label} vs a tokenizer pass", "ours": invoke,
         "peer": single, "unit": "ms",
-        "notes": f"ThresholdPolicy; target: ratio >= 0.67 (within 1.5x); {_load()}",
+        "notes": f"ThresholdPolicy; target: ratio >= 0.67 (within 1.5x); {cpu}; {_load()}",
     })
     return rows
 
@@ -162,22 +178,22 @@ def rows_at(n: int, policies: list[str], repeat: int) -> list[dict[str, Any]]:
 def rows_large(n: int) -> list[dict[str, Any]]:
     """Every policy's first ``compact()`` at ``n`` messages against ``trim_messages``."""
     from bench_counting import langchain_tiktoken_counter, to_langchain
-    from run import best_of
 
     base = history(n)
     raw = cf.to_openai(base)
     lc = to_langchain(base)
     del base
-    peer = best_of(lambda: trim(lc, langchain_tiktoken_counter(
+    peer, peer_cpu = timed(lambda: trim(lc, langchain_tiktoken_counter(
         cf.TiktokenCounter(ENCODING).encoding)), 1)
     label = f"{n // 1000}k msgs"
     rows = []
     for policy in POLICIES:
-        ours = best_of(partial(first_compact, raw, policy), 1)
+        ours, cpu = timed(partial(first_compact, raw, policy), 1)
         rows.append({
             "name": f"first compact(), {label}: {policy} vs trim_messages", "ours": ours,
             "peer": peer, "unit": "ms",
-            "notes": f"conversion included; target: ratio >= 1.0; one run; {_load()}",
+            "notes": f"conversion included; target: ratio >= 1.0; one run; {cpu} "
+                     f"(trim_messages {peer_cpu}); {_load()}",
         })
     return rows
 
