@@ -74,9 +74,10 @@ def test_the_floor_reports_what_it_left_out_with_handles() -> None:
     tight = cf.Budget(context_window=COUNTER.count_messages(
         [history[0], notice, history[-1]]) - 1)
     bare = cf.compact(history, policy=cf.SummaryPolicy(), budget=tight, counter=COUNTER)
-    assert bare.report.method == "floor"  # without room for the handle, the notice alone
+    assert bare.report.method == "floor"  # without room for the explanation, one line
     assert [m.source for m in bare.messages] == [None, "summary", None]
-    assert "ctx_" not in bare.messages[1].text
+    assert dropped[0].handle in bare.messages[1].text  # that still names the handle
+    assert COUNTER.count_message(bare.messages[1]) < COUNTER.count_message(notice)
 
 
 @pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)

@@ -49,13 +49,18 @@ def floor_outcome(
     left_out = [i for i in range(n_sys, len(view)) if i != latest]
     span = handle_for(view[i] for i in left_out) if left_out else None
     plain = FLOOR_NOTICE.format(dropped=dropped)
-    texts = [plain + "\n" + replaced_line(dropped, span), plain] if span else [plain]
-    for text in texts:  # the notice naming the handle of what it left out, else without it
+    # The handle is what makes the left-out messages recoverable, so a one-line mark naming
+    # it comes before the explanation without it, as the policies' bare notices do.
+    texts = ([plain + "\n" + replaced_line(dropped, span),
+              f'[{dropped} earlier messages left out; read_original("{span}")]', plain]
+             if span else [plain])
+    noticed_out = False
+    for text in texts:
         notice = Message(role="user", content=text, source="summary", created_at=context.now,
                          metadata={"compaction": "notice"})
         noticed = [*system, notice, view[latest]]
         if context.measure(noticed) <= context.budget.input_budget:
-            out = noticed
+            out, noticed_out = noticed, True
             break
     count = context.counter.count_message
     gone = tuple(
@@ -66,7 +71,10 @@ def floor_outcome(
     return PolicyOutcome(
         messages=out, method="floor", targets=gone,
         notes=(f"policy {policy!r} could not fit the budget ({error}); sent the system prompt "
-               f"and the latest user request, {dropped} earlier messages left out",),
+               f"and the latest user request, {dropped} earlier messages left out",
+               *(() if noticed_out or not dropped else
+                 (f"no room for the removal notices beside the latest request; the handle "
+                  f"of what was left out is {span}",))),
         details={"dropped_messages": dropped},
     )
 
