@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from .._messages.model import Message
-from .names import argument_values, names_in, names_of
-from .values import extract_identifiers, field_values, identifiers_of
+from .names import argument_values, call_argument_values, names_in, names_of
+from .values import call_field_values, extract_identifiers, field_values, identifiers_of
 
 __all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls",
            "written_in_each_call"]
@@ -49,14 +49,21 @@ def written_in_calls(message: Message) -> tuple[str, ...]:
 
 def written_in_each_call(message: Message) -> tuple[tuple[str, ...], ...]:
     """`written_in` of each of ``message``'s tool calls, in order (computed once)."""
-    return message.derived("written_in_each_call",
-                           lambda m: tuple(written_in(call.arguments) for call in m.tool_calls))
+    return message.derived("written_in_each_call", lambda m: tuple(
+        _written(call.arguments, values, fields) for call, values, fields
+        in zip(m.tool_calls, call_argument_values(m), call_field_values(m), strict=True)))
 
 
 def written_in(arguments: str) -> tuple[str, ...]:
     """What one tool call's ``arguments`` hold: its values, identifiers and names."""
-    return tuple(dict.fromkeys((*argument_values(arguments), *field_values(arguments),
-                                *extract_identifiers(arguments), *names_in(arguments))))
+    return _written(arguments, argument_values(arguments), field_values(arguments))
+
+
+def _written(arguments: str, values: Sequence[str], fields: Sequence[str]
+             ) -> tuple[str, ...]:
+    """`written_in` with the arguments' values and field values already read."""
+    return tuple(dict.fromkeys((*values, *fields, *extract_identifiers(arguments),
+                                *names_in(arguments))))
 
 
 def salience(messages: Sequence[Message] | Iterable[Message],
