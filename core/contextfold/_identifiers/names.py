@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from .._messages.model import Message
 from .values import pieces, scanned_text
 
-__all__ = ["argument_values", "names_in", "names_of"]
+__all__ = ["argument_values", "call_argument_values", "names_in", "names_of"]
 
 _WORD = r"[A-Za-z_][A-Za-z0-9_]{0,63}+"
 _NAMES = re.compile(
@@ -102,9 +102,16 @@ def names_of(message: Message) -> tuple[str, ...]:
 
 def _names_of(message: Message) -> tuple[str, ...]:
     found = dict.fromkeys(names_in(scanned_text(message)))
-    for call in message.tool_calls:
-        found.update(dict.fromkeys(argument_values(call.arguments)))
+    for values in call_argument_values(message):
+        found.update(dict.fromkeys(values))
     return tuple(found)
+
+
+def call_argument_values(message: Message) -> tuple[tuple[str, ...], ...]:
+    """`argument_values` of each of ``message``'s tool calls, in order (computed once per
+    message: its names and what its calls wrote both read them)."""
+    return message.derived("call_argument_values", lambda m: tuple(
+        tuple(argument_values(call.arguments)) for call in m.tool_calls))
 
 
 def argument_values(arguments: str, limit: int = 64) -> list[str]:

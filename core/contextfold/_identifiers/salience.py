@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 
 from .._messages.model import Message
-from .names import argument_values, names_in, names_of
-from .values import extract_identifiers, field_values, identifiers_of
+from .names import argument_values, call_argument_values, names_in, names_of
+from .values import call_field_values, extract_identifiers, field_values, identifiers_of
 
-__all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls"]
+__all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls",
+           "written_in_each_call"]
 
 _PLACE = {"call": 4.0, "user": 3.0, "assistant": 2.0, "tool": 1.0, "system": 0.5}
 """The score of an identifier by the most telling place it was written."""
@@ -42,28 +44,47 @@ def identifiers_and_names(message: Message) -> tuple[str, ...]:
 def written_in_calls(message: Message) -> tuple[str, ...]:
     """What ``message`` wrote into its tool calls' arguments (computed once)."""
     return message.derived("written_in_calls", lambda m: tuple(dict.fromkeys(
-        v for call in m.tool_calls for v in written_in(call.arguments))))
+        v for written in written_in_each_call(m) for v in written)))
+
+
+def written_in_each_call(message: Message) -> tuple[tuple[str, ...], ...]:
+    """`written_in` of each of ``message``'s tool calls, in order (computed once)."""
+    return message.derived("written_in_each_call", lambda m: tuple(
+        _written(call.arguments, values, fields) for call, values, fields
+        in zip(m.tool_calls, call_argument_values(m), call_field_values(m), strict=True)))
 
 
 def written_in(arguments: str) -> tuple[str, ...]:
     """What one tool call's ``arguments`` hold: its values, identifiers and names."""
-    return tuple(dict.fromkeys((*argument_values(arguments), *field_values(arguments),
-                                *extract_identifiers(arguments), *names_in(arguments))))
+    return _written(arguments, argument_values(arguments), field_values(arguments))
 
 
-def salience(messages: Sequence[Message] | Iterable[Message]) -> dict[str, float]:
-    """A score for every identifier of ``messages``: higher is more likely needed again."""
+def _written(arguments: str, values: Sequence[str], fields: Sequence[str]
+             ) -> tuple[str, ...]:
+    """`written_in` with the arguments' values and field values already read."""
+    return tuple(dict.fromkeys((*values, *fields, *extract_identifiers(arguments),
+                                *names_in(arguments))))
+
+
+def salience(messages: Sequence[Message] | Iterable[Message],
+             only: AbstractSet[str] | None = None) -> dict[str, float]:
+    """A score for every identifier of ``messages``: higher is more likely needed again.
+    ``only``: score these alone (each scores as it would among all)."""
     place: dict[str, float] = {}
     seen_in: dict[str, int] = {}
     total = 0
     for m in messages:
         total += 1
         where = _PLACE.get(m.role, 1.0) if m.source != "ledger" else 0.0
-        for value in identifiers_and_names(m):
+        found = identifiers_and_names(m)
+        for value in found if only is None else [v for v in found if v in only]:
             seen_in[value] = seen_in.get(value, 0) + 1
             if place.get(value, -1.0) < where:
                 place[value] = where
-        for value in written_in_calls(m):
+        if not m.tool_calls:
+            continue  # nothing written into calls
+        written = written_in_calls(m)
+        for value in written if only is None else [v for v in written if v in only]:
             seen_in.setdefault(value, 1)
             place[value] = _PLACE["call"]
     everywhere = max(4, total // 3)

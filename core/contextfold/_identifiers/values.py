@@ -289,9 +289,17 @@ def leading_identifiers(message: Message, k: int) -> tuple[str, ...]:
 
 def _identifiers_of(message: Message) -> tuple[str, ...]:
     found = dict.fromkeys(extract_identifiers(scanned_text(message)))
-    for text in (message.text, *(c.arguments for c in message.tool_calls)):
-        found.update(dict.fromkeys(field_values(text)))
+    found.update(dict.fromkeys(field_values(message.text)))
+    for values in call_field_values(message):
+        found.update(dict.fromkeys(values))
     return tuple(found)
+
+
+def call_field_values(message: Message) -> tuple[tuple[str, ...], ...]:
+    """`field_values` of each of ``message``'s tool calls' arguments, in order (computed
+    once per message: the message's identifiers and what its calls wrote both read them)."""
+    return message.derived("call_field_values", lambda m: tuple(
+        tuple(field_values(call.arguments)) for call in m.tool_calls))
 
 
 # Fields of a structured record whose string values identify something even when they look

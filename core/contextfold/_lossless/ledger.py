@@ -41,7 +41,7 @@ from .._contract.policy import (
     PolicyRun,
     Target,
 )
-from .._identifiers.salience import identifiers_and_names, salience, written_in
+from .._identifiers.salience import identifiers_and_names, salience, written_in_each_call
 from .._identifiers.values import extract_identifiers, field_values
 from .._messages.model import Message
 from .._messages.prompt_kinds import LEDGER_SOURCE
@@ -328,15 +328,16 @@ def _new_entries(
     with every identifier it holds (a call with those of its result)."""
     handles = {t.index: t.handle for t in targets if t.handle and 0 <= t.index < len(messages)}
     results = {m.tool_call_id: i for i, m in enumerate(messages) if m.role == "tool"}
+    calls = _calls_before(messages, handles.keys())
     cap = ledger.identifiers
     out: list[_Entry] = []
     for i in sorted(handles):
         m = messages[i]
         if m.role == "assistant" and m.tool_calls:
-            for call in m.tool_calls:
+            for call, written in zip(m.tool_calls, written_in_each_call(m), strict=True):
                 j = results.get(call.id)
                 found = identifiers_and_names(messages[j]) if j is not None else ()
-                values = tuple(dict.fromkeys((*written_in(call.arguments), *found)))[:cap]
+                values = tuple(dict.fromkeys((*written, *found)))[:cap]
                 text = Line(_call_text, call.name, call.arguments, ledger)
                 out.append(_Entry(f"call:{call.name}:{call.arguments}", text,
                                   handles.get(j, handles[i]) if j is not None else handles[i],
@@ -344,9 +345,7 @@ def _new_entries(
             if m.text.strip():
                 out.extend(_said(m, handles[i], ledger))
         elif m.role == "tool":
-            call_index = next((k for k in range(i - 1, -1, -1)
-                               if any(c.id == m.tool_call_id for c in messages[k].tool_calls)),
-                              None)
+            call_index = calls.get(i)
             if call_index is not None and call_index in handles:
                 continue  # recorded with its call
             found = identifiers_and_names(m)[:cap]
@@ -359,6 +358,19 @@ def _new_entries(
         elif m.role == "assistant":
             out.extend(_said(m, handles[i], ledger))
     return out
+
+
+def _calls_before(messages: Sequence[Message], wanted: AbstractSet[int]) -> dict[int, int]:
+    """For each tool result at a ``wanted`` index, the index of the nearest earlier message
+    that made its call (none when no earlier message did), in one pass."""
+    last: dict[str | None, int] = {}
+    found: dict[int, int] = {}
+    for i, m in enumerate(messages):
+        if i in wanted and m.role == "tool" and m.tool_call_id in last:
+            found[i] = last[m.tool_call_id]
+        for call in m.tool_calls:
+            last[call.id] = i
+    return found
 
 
 def _said(m: Message, handle: str, ledger: Ledger) -> list[_Entry]:
@@ -398,20 +410,31 @@ class _Ranks:
         self._messages = messages
         self.hidden = hidden
         self._scores: dict[str, float] | None = None
+        self._scored_only: AbstractSet[str] | None = None  # what ``_scores`` covers
 
     def score(self, value: str) -> float:
-        if self._scores is None:
-            self._scores = salience(m for m in self._messages if not is_ledger(m))
-        return self._scores.get(value, 0.0)
+        return self._scored(None).get(value, 0.0)
+
+    def _scored(self, only: AbstractSet[str] | None) -> dict[str, float]:
+        """The salience of ``only`` (of every identifier when ``None``), scored once."""
+        covered = self._scored_only
+        if self._scores is None or (covered is not None
+                                    and (only is None or not only <= covered)):
+            self._scores = salience((m for m in self._messages if not is_ledger(m)), only)
+            self._scored_only = only
+        return self._scores
 
     def shown(self, entries: Sequence[_Entry]) -> list[list[str]]:
         seen = set(self.hidden)
-        out = []
+        picked = []
         for entry in entries:
             values = [v for v in dict.fromkeys(entry.values) if v not in seen]
             seen.update(values)
-            out.append(sorted(values, key=self.score, reverse=True))
-        return out
+            picked.append(values)
+        # Only what the lines show is ever scored: the rest of the history's identifiers
+        # count where these appear, never for themselves.
+        get = self._scored({v for values in picked for v in values}).get
+        return [sorted(values, key=lambda v: get(v, 0.0), reverse=True) for values in picked]
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,25 +463,28 @@ def _fit(
     shown = ranks.shown(entries)
     fits = context.counter.count_message
     searchable = context.store is not None
-    full = _message(entries, shown, 0, 0)
+    # The entries are the same at every step of the search: their records are made once.
+    records = [e.as_dict() for e in entries]
+    full = _message(entries, shown, 0, 0, records=records)
     if fits(full) <= room:
         return _Fitted(full)
     # Short of room, the identifiers outrank the words saying what each original was: the
     # lines keep their handles, tool names and identifiers only, then the least salient go.
-    terse = _message(entries, shown, 0, 0, terse=True)
+    terse = _message(entries, shown, 0, 0, terse=True, records=records)
     if fits(terse) <= room:
         return _Fitted(terse)
     by_salience = sorted(((ranks.score(v), -k, n) for k, values in enumerate(shown)
                           for n, v in enumerate(values)))
     bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable,
-                    terse=True)
+                    terse=True, records=records)
     if fits(bare) <= room:
         low, high = 1, len(by_salience)  # the fewest left out that fit
         best, best_out = bare, len(by_salience)
+        order = _ranked(shown, by_salience)
         while low <= high:
             middle = (low + high) // 2
-            message = _message(entries, _without(shown, by_salience[:middle]), 0, middle,
-                               searchable, terse=True)
+            message = _message(entries, _without(shown, order, middle), 0, middle,
+                               searchable, terse=True, records=records)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
@@ -467,12 +493,21 @@ def _fit(
     return _shed_entries(entries, room, context, fresh, len(by_salience))
 
 
-def _without(shown: list[list[str]], dropped: Sequence[tuple[float, int, int]]
+def _ranked(shown: list[list[str]], by_salience: Sequence[tuple[float, int, int]]
+            ) -> list[list[int]]:
+    """Each shown identifier's place in ``by_salience`` ((score, -entry, position) each,
+    the first to be left out first), in the shape of ``shown``."""
+    order = [[0] * len(values) for values in shown]
+    for rank, (_, negated, n) in enumerate(by_salience):
+        order[-negated][n] = rank
+    return order
+
+
+def _without(shown: list[list[str]], order: list[list[int]], dropped: int
              ) -> list[list[str]]:
-    """``shown`` less the ``dropped`` identifiers ((score, -entry, position) each)."""
-    gone = {(-negated, n) for _, negated, n in dropped}
-    return [[v for n, v in enumerate(values) if (k, n) not in gone]
-            for k, values in enumerate(shown)]
+    """``shown`` less its ``dropped`` least salient identifiers (``order``: `_ranked`)."""
+    return [[v for v, rank in zip(values, ranks, strict=True) if rank >= dropped]
+            for values, ranks in zip(shown, order, strict=True)]
 
 
 def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
@@ -502,9 +537,11 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
 
 
 def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
-             left_out: int, searchable: bool = False, *, terse: bool = False) -> Message:
+             left_out: int, searchable: bool = False, *, terse: bool = False,
+             records: list[dict[str, Any]] | None = None) -> Message:
     """The ledger message: one line per handle (what its original holds, in short, unless
-    ``terse``, and the identifiers shown for it), in the order of the conversation."""
+    ``terse``, and the identifiers shown for it), in the order of the conversation.
+    ``records``: the entries' `_Entry.as_dict`, when already made."""
     groups: dict[str | int, tuple[str | None, dict[str, int], list[str]]] = {}
     for k, (entry, values) in enumerate(zip(entries, shown, strict=True)):
         _, whats, listed = groups.setdefault(entry.handle or k, (entry.handle, {}, []))
@@ -521,7 +558,8 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
     if shed:
         lines.append(f"[{shed} older entries shed; the full history still holds them{found}]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
-                   metadata={LEDGER_META: {"entries": [e.as_dict() for e in entries],
+                   metadata={LEDGER_META: {"entries": records if records is not None
+                                           else [e.as_dict() for e in entries],
                                            "shed": shed}})
 
 
