@@ -162,7 +162,14 @@ def test_tier_summaries_name_a_handle_to_all_their_members() -> None:
     for summary in summaries:
         (handle,) = HANDLE_RE.findall(summary.text)
         members = [history[t.index] for t in result.report.targets if t.handle == handle]
-        original = read_original(compactor, None, handle, limit=20_000)["content"]
+        # read back page by page, as the agent would (a page holds at most 20,000 characters)
+        original, offset = "", 0
+        while True:
+            page = read_original(compactor, None, handle, offset=offset, limit=20_000)
+            original += page["content"]
+            offset += len(page["content"])
+            if not page["content"] or offset >= page["total_chars"]:
+                break
         assert members and all(m.text in original for m in members if m.text)
 
 
