@@ -69,10 +69,9 @@ _INSERTED = ("summary", "ledger")
 
 def _extractor() -> Callable[[str], list[str]]:
     """What our summarizer and ledger recognise in a text: reference values, then names."""
-    from contextfold._identifiers.names import names_in
-    from contextfold._identifiers.values import extract_identifiers
+    from contextfold.policy import identifiers_and_names
 
-    return lambda text: [*extract_identifiers(text), *names_in(text)]
+    return lambda text: list(identifiers_and_names(cf.Message("user", text)))
 
 
 def why_lost(probe: str, prepared: Prepared, result: CutResult,
@@ -94,7 +93,7 @@ def why_lost(probe: str, prepared: Prepared, result: CutResult,
                 return "b"
     if any(m.source in _INSERTED for m in result.sent):
         return "c"
-    from contextfold._lossless.references import HANDLE_RE
+    from contextfold.policy import HANDLE_RE
 
     if not HANDLE_RE.search(result.view):
         return "d"

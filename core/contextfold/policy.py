@@ -35,6 +35,7 @@ from ._contract.policy import (
     Target,
 )
 from ._head_tail import HeadTail, truncate_head_tail
+from ._identifiers.salience import identifiers_and_names
 from ._identifiers.values import extract_identifiers
 from ._lossless.references import HANDLE_RE, handle_for, handle_text
 from ._messages.model import ContentPart, OpaquePart, Role
@@ -79,6 +80,7 @@ __all__ = [
     "extract_identifiers",
     "handle_for",
     "handle_text",
+    "identifiers_and_names",
     "leading_system_count",
     "learning_of",
     "prompt_kind",
