@@ -545,6 +545,9 @@ class DocumentAgent:
         if is_summary_call(body):
             return self._summary(text)
         read = {int(n) for n in _READ.findall(text)}
+        read |= {int(n) for m in body.get("messages") or [] for c in m.get("tool_calls") or []
+                 if c["function"]["name"] == "read_document"
+                 for n in re.findall(r'"number"\W{0,4}(\d+)', c["function"]["arguments"])}
         read |= {k for k, code in self.codes.items() if code in text}
         unread = [k for k in range(1, self.n_docs + 1) if k not in read]
         if unread:
