@@ -62,6 +62,9 @@ def report(name: str, server: Any, agent: DocumentAgent) -> None:
           f"{agent.n_docs} codes in view at the end")
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known regression since the merge of cache-true summary requests (open, issue 28): "
+    "the scripted agent loses track of the documents it read after a compaction"))
 def test_create_agent_with_chat_anthropic_reads_60_documents(anthropic_server: Any) -> None:
     agent = DocumentAgent(60)
     server = anthropic_server(window=WINDOW, responder=agent)
@@ -77,6 +80,9 @@ def test_create_agent_with_chat_anthropic_reads_60_documents(anthropic_server: A
     assert "Codes found" in str(state["messages"][-1].content)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known regression since the merge of cache-true summary requests (open, issue 28): "
+    "the scripted agent loses track of the documents it read after a compaction"))
 def test_with_compaction_streams_signed_thinking_through_a_60_document_run(
     anthropic_server: Any,
 ) -> None:

