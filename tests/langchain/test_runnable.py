@@ -396,9 +396,6 @@ class PaidModel(ToolCallingFakeModel):
         return super()._decide(messages, tools)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known regression since the merge of cache-true summary requests (open, issue 28): "
-    "with_compaction's own summarizer sends no cache-true request on this path"))
 def test_summaries_are_written_by_the_wrapped_model_and_every_call_is_counted() -> None:
     fake = PaidModel(rounds=12)
     events = Events()
@@ -406,7 +403,9 @@ def test_summaries_are_written_by_the_wrapped_model_and_every_call_is_counted() 
     budget = cf.Budget(context_window=16_000, output_reserve=2_000, prepare=None)
     model = with_compaction(fake, policy=cf.ThresholdPolicy(), budget=budget,
                             counter=COUNTER).bind_tools([fetch_page])  # no summarizer given
-    run_loop(model, 12, config={"callbacks": [events]})
+    # One conversation across calls (a thread id): a call without one is a conversation of
+    # its own, with no previous request to repeat.
+    run_loop(model, 12, config={"callbacks": [events], "configurable": {"thread_id": "t"}})
     reports = [d for name, d in events.events if name == COMPACTION_EVENT]
     assert fake.summaries >= 1  # the paid model wrote the summaries
     assert sum(r["llm_calls"] for r in reports) == fake.summaries
