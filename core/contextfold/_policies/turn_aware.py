@@ -322,8 +322,12 @@ class TurnAwarePolicy(SimplePolicy):
             marks = fitted_marks(messages, fitted, origins, context, fits)
             if marks is not None:
                 return plan, fitted, origins, steps, marks
+            # The next fit leaves the bare notices' excess free: the room already unused
+            # under the budget does not count towards it (a reserve that grew only by the
+            # excess stayed inside that room, and the fit never changed).
             wanted = mark_removals(messages, fitted, origins, context, detail=False)
-            reserve += max(1, fits.over(wanted.messages))
+            unused = context.budget.input_budget - context.measure(fitted)
+            reserve = max(reserve + 1, unused + fits.over(wanted.messages))
         assert first is not None
         return (*first, None)
 
