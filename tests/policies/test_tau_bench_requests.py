@@ -66,9 +66,14 @@ def test_an_open_latest_request_stays_remaining_and_the_output_lands_under_the_t
         latest = history[-1]
         assert out[-1].text == latest.text  # the open request is sent as it was written
         essential = [m for m in history if m.role == "system"] + [history[1], latest]
-        if COUNTER.count_messages(essential) + 300 <= BUDGET.target_tokens:
-            assert report.tokens_after <= BUDGET.target_tokens, report.details.get("degradation")
         summaries = [m for m in out if m.source == "summary"]
+        if COUNTER.count_messages(essential) + 300 <= BUDGET.target_tokens:
+            # Over the target only for a summary that would lose DATA lines under it, and
+            # then at most halfway to the trigger.
+            cut = any("omitted to fit]" in m.text for m in summaries)
+            goal = (BUDGET.target_tokens + BUDGET.trigger_tokens) // 2 if cut \
+                else BUDGET.target_tokens
+            assert report.tokens_after <= goal, report.details.get("degradation")
         if summaries:
             left = remaining(summaries[-1].text)
             assert "answered" not in left and "none" not in left.lower(), left

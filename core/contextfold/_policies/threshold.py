@@ -58,7 +58,9 @@ request cut to their labels and the short notice do not fit.
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
 identifiers) is cut section by section, DATA last (`fit_sections`), and replaced by
-the notice only when not even its headings fit.
+the notice only when not even its headings fit. Where that cut would lose DATA lines, the
+summary may take up to halfway from the target to the trigger instead: the identifiers
+it lists are what the agent would otherwise fetch again.
 
 Where the summary goes: the threshold design pushes it onto the end. So do we, with two exceptions:
 a trailing user prompt (not a summary) stays last, with the summary just before it, so the
@@ -591,7 +593,8 @@ class ThresholdPolicy:
         context: CompactionContext,
     ) -> PolicyOutcome:
         """The kept messages with the summary, which takes what is left under the target
-        (at least its reserve, within the budget), cut section by section when longer."""
+        (at least its reserve, within the budget; halfway to the trigger to keep its DATA
+        lines), cut section by section when longer."""
         kept = plan.kept()
         limit = context.budget.input_budget
         base = context.measure(kept)
@@ -611,21 +614,33 @@ class ThresholdPolicy:
                 pointed = point_to_view(reply.text, _requests_after(plan, kept, context))
                 texts += [pointed] if pointed != reply.text else []
             best: tuple[tuple[int, int], str, str, str] | None = None
-            for nudge, note in ((self.nudge, plan.note),
-                                (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
-                def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
-                    message = summary_message(text, context, nudge=nudge, notice=self.notice,
-                                              note=note)
-                    return context.measure(plan.place(kept, message)) <= ceiling
-                for full in texts:
-                    text = fit_sections(full, fits, weight)
-                    if text is None:
-                        continue
-                    lost = (data_lost(reply.text, text), removed_lines(text))
-                    if best is None or lost < best[0]:
-                        best = (lost, text, nudge, note)
-                if best is not None and best[0] == (0, 0):
+            # The target is a goal: a summary whose DATA lines (what the run read, by
+            # identifier) would be cut to reach it may take up to half the headroom above
+            # it (halfway to the trigger, within the budget), since a lost identifier is a
+            # step the agent takes again; the other half keeps the next call under the
+            # trigger.
+            budget = context.budget
+            headroom = min(limit, (budget.target_tokens + budget.trigger_tokens) // 2) \
+                - plan.offset
+            for top in dict.fromkeys((ceiling, max(ceiling, headroom))):
+                if best is not None and best[0][0] == 0:
                     break
+                for nudge, note in ((self.nudge, plan.note),
+                                    (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
+                    def fits(text: str, nudge: str = nudge, note: str = note,
+                             top: int = top) -> bool:
+                        message = summary_message(text, context, nudge=nudge,
+                                                  notice=self.notice, note=note)
+                        return context.measure(plan.place(kept, message)) <= top
+                    for full in texts:
+                        text = fit_sections(full, fits, weight)
+                        if text is None:
+                            continue
+                        lost = (data_lost(reply.text, text), removed_lines(text))
+                        if best is None or lost < best[0]:
+                            best = (lost, text, nudge, note)
+                    if best is not None and best[0] == (0, 0):
+                        break
             if best is not None:
                 _, text, nudge, note = best
                 summary = summary_message(text, context, nudge=nudge, notice=self.notice,
