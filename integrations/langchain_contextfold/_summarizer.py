@@ -10,7 +10,9 @@ With ``cache_true=True`` (what ``with_compaction`` and ``CompactionMiddleware`` 
 they summarize with the conversation's own model), a summary request repeats the agent's
 previous request (its messages, converted back as the agent sent them, and its tools
 bound) with the instruction appended as the last message, so the provider serves it
-mostly from its prompt cache.
+mostly from its prompt cache. Models whose API joins consecutive turns of one role
+(``ChatAnthropic``, Gemini, Bedrock) get today's form: the instruction names messages by
+position, and those APIs renumber them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from contextfold.errors import SummarizerError
 from contextfold.integration import (
     SUMMARY_SYSTEM_PROMPT,
     cache_true_messages,
+    positions_hold,
     render_transcript,
     summary_prompt,
 )
@@ -56,7 +59,8 @@ class ChatModelSummarizer:
         cache_true: repeat the agent's previous request, byte for byte, with the summary
             instruction appended (see the module docstring). Worth it when ``model`` is the
             agent's own model (the same provider cache); where the previous request would
-            not fit ``max_input_tokens``, today's form is used.
+            not fit ``max_input_tokens``, or ``model``'s API joins consecutive turns (see
+            the module docstring), today's form is used.
 
     Example::
 
@@ -75,10 +79,20 @@ class ChatModelSummarizer:
         cache_true: bool = False,
     ) -> None:
         self.model = model
-        self.cache_true = cache_true
+        self._cache_true = cache_true
         self.system_prompt = system_prompt
         self.config = config
         self._window = max_input_tokens
+
+    @property
+    def cache_true(self) -> bool:
+        """Whether summary requests repeat the agent's previous request: as asked, for a
+        model that sees the messages at the positions they were sent."""
+        return self._cache_true and (self.model is None or positions_hold(self.model))
+
+    @cache_true.setter
+    def cache_true(self, value: bool) -> None:
+        self._cache_true = value
 
     @property
     def max_input_tokens(self) -> int | None:

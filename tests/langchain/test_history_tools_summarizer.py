@@ -172,6 +172,19 @@ def test_chat_model_summarizer_failures_are_raised_not_returned(reply: Any) -> N
         ChatModelSummarizer(Failing(messages=iter([]))).summarize(request())
 
 
+def test_a_model_whose_api_joins_turns_gets_summary_requests_in_todays_form() -> None:
+    # Anthropic's Messages API joins consecutive user turns (and tool results into them),
+    # so a cache-true instruction naming messages by position would name others.
+    from langchain_anthropic import ChatAnthropic
+
+    claude = ChatAnthropic(model="claude-sonnet-4-6", api_key="test")  # type: ignore[call-arg]
+    assert ChatModelSummarizer(claude, cache_true=True).cache_true is False
+    assert ChatModelSummarizer(claude.bind_tools([]), cache_true=True).cache_true is False
+    fake = GenericFakeChatModel(messages=iter([]))
+    assert ChatModelSummarizer(fake, cache_true=True).cache_true is True
+    assert ChatModelSummarizer(fake).cache_true is False
+
+
 def test_with_compaction_summarizes_with_the_wrapped_model_by_default() -> None:
     summaries = GenericFakeChatModel(messages=iter(["TASK: iron ore. PROGRESS: pages 0-19"] * 5))
     model = with_compaction(summaries, policy=cf.SummaryPolicy(), budget=BUDGET,

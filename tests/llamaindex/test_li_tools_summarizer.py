@@ -110,6 +110,14 @@ def test_a_cache_true_request_repeats_the_previous_request() -> None:
     assert "about 90 tokens" in sent[-1].content
 
 
+def test_an_llm_whose_api_joins_turns_gets_summary_requests_in_todays_form() -> None:
+    # Anthropic's Messages API joins consecutive user turns: positions would name others.
+    from llama_index.llms.anthropic import Anthropic
+
+    assert LLMSummarizer(Anthropic(api_key="test"), cache_true=True).cache_true is False
+    assert LLMSummarizer(RecordingMockLLM(max_tokens=12), cache_true=True).cache_true is True
+
+
 async def test_llm_summarizer_async() -> None:
     llm = RecordingMockLLM(max_tokens=12)
     assert (await LLMSummarizer(llm).asummarize(_request())).startswith("text")

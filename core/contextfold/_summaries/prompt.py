@@ -14,6 +14,13 @@ Two forms:
   ([`summary_instruction`][contextfold.integration.summary_instruction]) naming the span by position
   ("messages 3 to 41 above"). Everything before that last message is what the provider has just
   served, so it comes from the provider's prompt cache.
+
+Positions name the right messages only where the provider sees the request's messages one
+by one. APIs that join consecutive turns of one role (Anthropic's Messages API, Gemini,
+Bedrock's Converse: a summary, the ledger and the task prompt become one user turn, tool
+results join the user turn after them) renumber them, and the instruction would name other
+messages: [`positions_hold`][contextfold.integration.positions_hold] tells the adapters'
+summarizers which models get today's form instead.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ __all__ = [
     "SUMMARY_INSTRUCTION_OPENING",
     "SUMMARY_SYSTEM_PROMPT",
     "cache_true_messages",
+    "positions_hold",
     "render_transcript",
     "span_ranges",
     "summary_instruction",
@@ -99,6 +107,26 @@ def span_ranges(positions: Sequence[int]) -> str:
         else:
             runs.append([p, p])
     return ", ".join(f"{a + 1} to {b + 1}" if b > a else f"{a + 1}" for a, b in runs)
+
+
+_JOINING_PROVIDERS = ("anthropic", "claude", "bedrock", "gemini", "google", "vertex")
+"""Words in a model's class path or type name that mark an API joining consecutive turns."""
+
+
+def positions_hold(model: object) -> bool:
+    """Whether ``model`` (a framework's chat model or LLM object) sees a request's messages
+    at the positions they were sent, so a cache-true instruction's positions name the
+    messages meant: ``False`` for the APIs that join consecutive turns of one role (see the
+    module docstring), judged by the model's class path and its ``_llm_type`` (a wrapper's,
+    such as a LangChain model with tools bound, by what it wraps)."""
+    for _ in range(8):
+        inner = getattr(model, "bound", None)
+        if inner is None or inner is model:
+            break
+        model = inner
+    kind = type(model)
+    names = f"{kind.__module__}.{kind.__qualname__} {getattr(model, '_llm_type', '')}".lower()
+    return not any(word in names for word in _JOINING_PROVIDERS)
 
 
 def cache_true_messages(request: SummaryRequest) -> list[Message]:

@@ -23,6 +23,7 @@ from contextfold.errors import SummarizerError
 from contextfold.integration import (
     SUMMARY_SYSTEM_PROMPT,
     cache_true_messages,
+    positions_hold,
     render_transcript,
     summary_prompt,
 )
@@ -51,7 +52,9 @@ class LLMSummarizer:
         cache_true: repeat the agent's previous request with the summary instruction
             appended (see the module docstring). Worth it when ``llm`` is the LLM the
             agent's calls go to (the same provider cache); where the previous request would
-            not fit ``max_input_tokens``, today's form is used.
+            not fit ``max_input_tokens``, or ``llm``'s API joins consecutive turns of one
+            role (``Anthropic``, Gemini, Bedrock: the instruction names messages by
+            position, and those APIs renumber them), today's form is used.
 
     Example::
 
@@ -76,7 +79,17 @@ class LLMSummarizer:
         self.system_prompt = system_prompt
         self.chat_kwargs = dict(chat_kwargs or {})
         self._window = max_input_tokens
-        self.cache_true = cache_true
+        self._cache_true = cache_true
+
+    @property
+    def cache_true(self) -> bool:
+        """Whether summary requests repeat the agent's previous request: as asked, for an
+        LLM that sees the messages at the positions they were sent."""
+        return self._cache_true and positions_hold(self.llm)
+
+    @cache_true.setter
+    def cache_true(self, value: bool) -> None:
+        self._cache_true = value
 
     @property
     def max_input_tokens(self) -> int | None:
