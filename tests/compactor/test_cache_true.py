@@ -4,6 +4,7 @@ span named by position; where that would not fit its window, today's form."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import contextfold as cf
@@ -110,3 +111,41 @@ def _raise(request: SummaryRequest) -> str:
 def test_span_ranges_name_every_position_once() -> None:
     assert span_ranges([2, 3, 4, 6, 8, 9]) == "3 to 5, 7, 9 to 10"
     assert span_ranges([0]) == "1"
+
+
+def _prepared_run(summarizer: ScriptedSummarizer) -> tuple[cf.Compactor, list[cf.Message]]:
+    """A compactor preparing ahead, called until a preparation starts; the view it sent."""
+    budget = cf.Budget(context_window=12_000)  # prepares past 60%
+    c = cf.Compactor(cf.ThresholdPolicy(), budget, COUNTER, summarizer,
+                     retry=cf.RetryPolicy(max_attempts=1))
+    for history in agent_loop(80):
+        sent = c.compact(history, tools=TOOLS).messages
+        if c._prepared is not None:
+            return c, sent
+        c.observe_usage(COUNTER.count_messages(sent))
+    raise AssertionError("never prepared")
+
+
+def test_a_prepared_summary_repeats_the_previous_request_only_once_it_was_answered() -> None:
+    # The provider caches a request once it has served it, and may reject it: a prepared
+    # cache-true summary waits for the answer of the request it repeats.
+    summarizer = ScriptedSummarizer(default=SUMMARY, cache_true=True)
+    c, sent = _prepared_run(summarizer)
+    time.sleep(0.3)
+    assert summarizer.requests == []  # not answered yet: nothing sent
+    c.observe_usage(COUNTER.count_messages(sent))
+    assert c.settle(10)
+    assert summarizer.requests and summarizer.requests[0].sent is not None
+
+
+def test_a_rejected_request_abandons_the_summary_prepared_after_it() -> None:
+    # Rejected as over a window smaller than the budget assumed: repeating it would be
+    # rejected too, so the preparation sends nothing and its outcome is dropped.
+    summarizer = ScriptedSummarizer(default=SUMMARY, cache_true=True)
+    c, sent = _prepared_run(summarizer)
+    prepared = c._prepared
+    assert prepared is not None
+    c.limit_input(COUNTER.count_messages(sent) // 2)
+    prepared.future.result(timeout=10)
+    assert summarizer.requests == []
+    assert c._prepared is None

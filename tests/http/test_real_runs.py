@@ -122,15 +122,9 @@ def test_function_agent_on_compacting_llm_reads_40_documents(openai_server: Any)
 # Threshold and Tiered keep a ledger of what they cut by default; the turn-aware and
 # truncation policies carry one when asked, and without it the scripted agent (which only
 # knows what it sees) loses track of what it read.
-_SUMMARY_OVER_THE_REAL_WINDOW = pytest.mark.xfail(strict=True, reason=(
-    "known regression since cache-true summary requests (open, issue 28): a summary "
-    "request over the real window is rejected once more per pass, because a limit a "
-    "rejected summary states is not passed back to the compactor"))
-
-
 @pytest.mark.parametrize("policy", [
-    pytest.param(cf.ThresholdPolicy(), marks=_SUMMARY_OVER_THE_REAL_WINDOW),
-    pytest.param(cf.TieredPolicy(), marks=_SUMMARY_OVER_THE_REAL_WINDOW),
+    cf.ThresholdPolicy(),
+    cf.TieredPolicy(),
     cf.TurnAwarePolicy(ledger=cf.Ledger(share=0.1)),
     cf.TruncationPolicy(ledger=cf.Ledger(share=0.1))],
                          ids=lambda p: p.name)

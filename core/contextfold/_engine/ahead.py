@@ -38,14 +38,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._contract.policy import PolicyOutcome
+from .._counting.budget import Budget
 from .._messages.model import Message
 from .._summaries.service import SummaryService
 
-__all__ = ["Growth", "Prepared", "prepare_in_task", "prepare_in_thread"]
+__all__ = ["Growth", "Prepared", "abandon", "ahead_budget", "prepare_in_task", "prepare_in_thread"]
 
 _STEPS = 4  # recent calls the growth is read from
 
@@ -104,11 +105,49 @@ class Prepared:
     """The event loop of its task, when it runs in one."""
     waited: float = 0.0
     """Seconds the call that used it waited for it."""
+    answered: threading.Event = field(default_factory=threading.Event)
+    """Set once the agent's request ``snapshot`` was sent in has its answer (a usage
+    report, the next call, or a rejection that also abandons the preparation). Its
+    cache-true summary requests repeat that request, which the provider caches only once
+    it has served it, and may reject as over a window smaller than the budget assumed:
+    they wait for it (``SummaryService.sent_settled``)."""
+
+    def __post_init__(self) -> None:
+        self.service.sent_settled = self.answered
 
     def applies_to(self, view: tuple[Message, ...]) -> bool:
         """True when ``view`` still starts with the snapshot (the same message objects)."""
         n = len(self.snapshot)
         return len(view) >= n and all(map(operator.is_, self.snapshot, view[:n]))
+
+
+def abandon(prepared: Prepared | None) -> None:
+    """Stop ``prepared`` (when there is one) from sending more summary requests: its
+    outcome will not be used (the budget was lowered, or its view rewritten)."""
+    if prepared is not None:
+        prepared.service.abandoned = True
+        prepared.answered.set()
+
+
+def ahead_budget(budget: Budget, effective: int, projected: int | None) -> Budget | None:
+    """The budget a preparation of a view of ``effective`` tokens runs under, or ``None``
+    when there is too little room left for one.
+
+    What is appended until the crossing call (the trigger, or the ``projected`` jump past
+    it) comes on top of the prepared output: it aims below the target by that. Past
+    ``budget.prepare``, aim as before; started by the projection alone, aim below it by the
+    projected step. Too little room left (a step as large as the target): the prepared
+    output could not take the next step, and the crossing call would wait for it in vain.
+    Below the lowered trigger, the policy compacts the view as it would past the real one
+    (a forced run would read as an overflow)."""
+    mark = budget.prepare_tokens
+    reach = budget.trigger_tokens if mark is not None and effective > mark else max(
+        budget.trigger_tokens, projected or 0)
+    aim = budget.target_tokens - (reach - effective)
+    if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
+        return None
+    return replace(budget, trigger=(effective - 1) / budget.input_budget,
+                   target=aim / budget.input_budget)
 
 
 def prepare_in_thread(prepared: Prepared, run: Callable[[], PolicyOutcome]) -> Prepared:

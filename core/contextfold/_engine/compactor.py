@@ -74,7 +74,7 @@ from .._summaries.service import OnSummaryFailure, RetryPolicy, SummaryService
 from .._summaries.summarizer import AnySummarizer, AsyncSummarizer, Summarizer
 from .._telemetry import NO_SPAN, CompactionSpan, compaction_span
 from ..errors import BudgetExceededError, CompactionError, ConfigurationError
-from .ahead import Growth, Prepared, prepare_in_task, prepare_in_thread
+from .ahead import Growth, Prepared, abandon, ahead_budget, prepare_in_task, prepare_in_thread
 from .books import Books, Once, counted_targets
 from .calibration import Calibration
 from .decision import CallDecision, Tools
@@ -288,6 +288,7 @@ class Compactor(CallDecision):
             self.calibration.observe(input_tokens, sent + prefix.fixed)
         self._known, self._since = input_tokens, 0
         self.last_output_tokens = output_tokens
+        self._answered()
         self._stalled = None
 
     def record_response(self) -> None:
@@ -332,7 +333,8 @@ class Compactor(CallDecision):
         except ConfigurationError:  # not a state we wrote
             return
         if 0 < ahead.size <= len(out := self._prefix.out):
-            self._start_ahead(out[:ahead.size], budget, ahead.known, ahead.started, in_loop=False)
+            self._start_ahead(out[:ahead.size], budget, ahead.known, ahead.started,
+                              in_loop=False, answered=True)
 
     def resume_state(self, text: str, messages: Sequence[Message]) -> bool:
         """Take up a state [`saved_state`][contextfold.Compactor.saved_state] wrote (in this process
@@ -366,6 +368,7 @@ class Compactor(CallDecision):
         ready for the next call. True when nothing is left running.
 
         A preparation running as a task of an event loop is not waited for here."""
+        self._answered()  # its cache-true requests stop waiting for the last one's answer
         prepared = self._prepared
         if prepared is None or prepared.future.done():
             return True
@@ -406,6 +409,7 @@ class Compactor(CallDecision):
             NoProgressError: forced, and the previous forced pass could not shrink the input.
             BudgetExceededError: even the policy's protected minimum does not fit.
         """
+        self._answered()  # the caller moved on: the request it sent last was answered
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         if isinstance(plan, CompactionResult):
             self._prepare_ahead(in_loop=False)
@@ -426,6 +430,7 @@ class Compactor(CallDecision):
         extra_tokens: int = 0, complete: bool = True,
     ) -> CompactionResult:
         """The async form of [`compact`][contextfold.Compactor.compact] (summaries are awaited)."""
+        self._answered()  # the caller moved on: the request it sent last was answered
         plan = self._plan(messages, force, tools, extra_tokens=extra_tokens, complete=complete)
         if isinstance(plan, CompactionResult):
             self._prepare_ahead(in_loop=True)
@@ -448,7 +453,8 @@ class Compactor(CallDecision):
         check("Compactor.limit_input", "tokens", tokens, Annotated[int, Ge(1)])
         if tokens < self.budget.input_budget:
             self.budget = replace(self.budget, context_window=tokens + self.budget.output_reserve)
-            self._prepared = None  # prepared for the larger budget
+            abandon(self._prepared)  # for the larger budget
+            self._prepared = None
 
     # -- 2-4. prepare, drive, finish ------------------------------------------------
 
@@ -666,7 +672,8 @@ class Compactor(CallDecision):
         self._prefix.remember(restarted, out, plan.fixed, self.counter, tokens=tokens - plan.fixed)
         if changed:
             self._known, self._since = None, 0  # the reported usage was of another prefix
-            self._prepared = None  # it compacted a view that is no longer the prefix
+            abandon(self._prepared)  # its view is no longer the prefix
+            self._prepared = None
         elif plan.new_tokens is not None:
             self._since += plan.new_tokens
 
@@ -694,27 +701,17 @@ class Compactor(CallDecision):
             return
         if not prefix.out_exact:  # decided on a bound: the exact figure decides
             effective = max(self.counter.count_messages(prefix.out) + prefix.fixed, known or 0)
-        # What is appended until the crossing call (the trigger, or the projected jump
-        # past it) comes on top of the prepared output: aim below the target by that.
-        # Past the mark, aim as before; started by the projection alone, aim below it by
-        # the projected step. Too little room left (a step as large as the target): the
-        # prepared output could not take the next step, and the crossing call would wait
-        # for it in vain.
-        reach = budget.trigger_tokens if effective > mark else max(budget.trigger_tokens,
-                                                                   projected or 0)
-        aim = budget.target_tokens - (reach - effective)
-        if effective > budget.trigger_tokens or aim < budget.input_budget // 10:
-            return
-        # Below the lowered trigger, the policy compacts this view as it would past the
-        # real one (a forced run would read as an overflow).
-        ahead = replace(budget, trigger=(effective - 1) / budget.input_budget,
-                        target=aim / budget.input_budget)
-        self._start_ahead(prefix.out, ahead, known, datetime.now(timezone.utc), in_loop=in_loop)
+        ahead = ahead_budget(budget, effective, projected)
+        if ahead is not None:
+            self._start_ahead(prefix.out, ahead, known, datetime.now(timezone.utc),
+                              in_loop=in_loop)
 
     def _start_ahead(self, snapshot: tuple[Message, ...], ahead: Budget, known: int | None,
-                     now: datetime, *, in_loop: bool) -> None:
+                     now: datetime, *, in_loop: bool, answered: bool = False) -> None:
         """Prepare the compaction of ``snapshot`` under ``ahead`` in the background (kept
-        in the saved state, so a process that resumes the conversation prepares the same)."""
+        in the saved state, so a process that resumes the conversation prepares the same).
+        ``answered``: the request ``snapshot`` was sent in has had its answer (else its
+        cache-true summary requests wait for it: `Prepared.answered`)."""
         prefix, summarizer = self._prefix, self.summarizer
         self._ahead = (len(snapshot), ahead.trigger, ahead.target, known, now.isoformat())
         service = self._service(self.counter)
@@ -725,6 +722,8 @@ class Compactor(CallDecision):
         )
         service.follow(snapshot, snapshot, self._last_tools)
         prepared = Prepared(snapshot, service)
+        if answered:
+            prepared.answered.set()
         if isinstance(summarizer, Summarizer):
             self._prepared = prepare_in_thread(prepared, lambda: drive(
                 keep_pinned(self.policy.run, list(snapshot), context), service.answer))
@@ -733,6 +732,12 @@ class Compactor(CallDecision):
                 return await adrive(keep_pinned(self.policy.run, list(snapshot), context),
                                      service.aanswer)
             self._prepared = prepare_in_task(prepared, run)
+
+    def _answered(self) -> None:
+        """The request the running preparation follows was answered (see
+        `Prepared.answered`): a usage report, the next call, or a rejection."""
+        if self._prepared is not None:
+            self._prepared.answered.set()
 
     def _prepared_for(self, plan: Plan) -> Prepared | None:
         """The prepared compaction this call may use: one of the view this call extends,

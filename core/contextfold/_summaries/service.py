@@ -1,7 +1,8 @@
 """Answers policies' summary requests: cache, split, retry, verify, fall back.
 
 The flow is written once, as a generator of *effects* (``_Call``: run the summarizer on a
-request; ``_Sleep``: wait before a retry), and two thin drivers perform the effects with a
+request; ``_Sleep``: wait before a retry; ``_Settled``: wait for the agent's request a
+prepared cache-true request repeats to be answered), and two thin drivers perform the effects with a
 sync or an async summarizer (the sans-IO shape of httpx's auth flows)::
 
     cache hit? ── yes ──> reply (origin "cache"; no call counted)
@@ -113,12 +114,22 @@ class _Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class _Settled:
+    event: threading.Event
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
 class _Outcome:
     text: str | None
     error: BaseException | None = None
 
 
-_Flow = Generator["_Call | _Sleep", "_Outcome | None", T]
+_Flow = Generator["_Call | _Sleep | _Settled", "_Outcome | bool | None", T]
+
+_SENT_WAIT = 600.0
+"""Seconds a prepared cache-true request waits for the agent's request it repeats to be
+answered before it takes today's form instead."""
 
 
 class _TooLong(Exception):
@@ -184,6 +195,15 @@ class SummaryService:
         self.notes: list[str] = []
         """Remarks for the report (failures, fallbacks, verification)."""
         self._sent: _Sent | None = None
+        self.abandoned = False
+        """Set (from any thread) when the pass's outcome will not be used, such as a
+        compaction prepared ahead for a budget a provider has since lowered: no further
+        summary request is sent (it would be sized for the old budget)."""
+        self.sent_settled: threading.Event | None = None
+        """For a compaction prepared ahead: set once the agent's request it follows was
+        answered (or rejected, with `abandoned`). Its cache-true requests repeat that
+        request, which the provider caches only once it has served it and may reject as
+        over a window smaller than the budget assumed, so they wait for it."""
 
     @property
     def cache_true(self) -> bool:
@@ -218,6 +238,8 @@ class SummaryService:
                     if effect.seconds > 0:
                         self.retry.sleep(effect.seconds)
                     effect = flow.send(None)
+                elif isinstance(effect, _Settled):
+                    effect = flow.send(effect.event.wait(effect.timeout))
                 else:
                     effect = flow.send(self._call_sync(effect.request))
         except StopIteration as stop:
@@ -235,6 +257,8 @@ class SummaryService:
                     if effect.seconds > 0:
                         await self.retry.asleep(effect.seconds)
                     effect = flow.send(None)
+                elif isinstance(effect, _Settled):
+                    effect = flow.send(await _settled(effect))
                 else:
                     effect = flow.send(await self._call_async(effect.request))
         except StopIteration as stop:
@@ -294,6 +318,7 @@ class SummaryService:
         if not self.llm:
             self.counts["summarizer_calls"] += 1
             outcome = yield _Call(request)
+            assert not isinstance(outcome, bool)  # a call is answered with its outcome
             if outcome is not None and outcome.text is not None:
                 return SummaryReply(text=outcome.text)
             error = outcome.error if outcome else None
@@ -320,7 +345,10 @@ class SummaryService:
         Raises `_Failed` only (the whole request then falls back)."""
         window = self._window_for(request, window)
         needed = self._input_tokens(request) + _reserve(request, window)
-        if request.sent is not None and window is not None and needed > window:
+        # A cache-true request goes to the agent's own model: it must also fit the
+        # conversation's window, lowered when that model stated a smaller one.
+        fit = window if self.window is None else min(window or self.window, self.window)
+        if request.sent is not None and fit is not None and needed > fit:
             request = replace(request, sent=None)  # today's form, the span alone
             needed = self._input_tokens(request) + _reserve(request, window)
         if window is not None and depth < _MAX_DEPTH and needed > window:
@@ -328,6 +356,12 @@ class SummaryService:
             parts = split_request(request, room, self.counter)
             if len(parts) >= 2:
                 return (yield from self._parts(request, parts, depth, window))
+        if request.sent is not None and self.sent_settled is not None:
+            answered = yield _Settled(self.sent_settled, _SENT_WAIT)
+            if self.abandoned:
+                raise _Failed(request, SummarizerError("the compaction was abandoned"), 0)
+            if answered is not True:  # its fate unknown: the span alone
+                request = replace(request, sent=None)
         if request.sent is not None:
             self.counts["cache_true"] += 1  # sent as the previous request plus instruction
         try:
@@ -336,7 +370,11 @@ class SummaryService:
             # The model's real window is smaller than assumed: split at once, no waiting.
             self.counts["too_long"] += 1
             if request.sent is not None:  # the span alone first: the previous request is
-                return (yield from self._summarize(  # what overflowed
+                # what overflowed; the limit the model stated holds for later requests too,
+                # so no other cache-true request of this size is sent to be rejected again.
+                if overflow_of(too_long.error) is not None:
+                    self._learned_window(too_long.error, request, needed, window)
+                return (yield from self._summarize(
                     replace(request, sent=None), depth, window))
             smaller = self._learned_window(too_long.error, request, needed, window)
             if depth >= _MAX_DEPTH or smaller < _MIN_WINDOW:
@@ -389,9 +427,12 @@ class SummaryService:
     def _attempts(self, request: SummaryRequest) -> _Flow[str]:
         error: BaseException = SummarizerError("no attempt made")
         for attempt in range(1, self.retry.max_attempts + 1):
+            if self.abandoned:  # its outcome will not be used: send nothing more
+                raise _Failed(request, SummarizerError("the compaction was abandoned"), attempt)
             self.counts["summarizer_calls"] += 1
             self.llm_calls += 1
             outcome = yield _Call(request)
+            assert not isinstance(outcome, bool)  # a call is answered with its outcome
             if outcome is not None and outcome.text is not None:
                 return outcome.text
             error = outcome.error if outcome and outcome.error else SummarizerError("no summary")
@@ -601,3 +642,12 @@ def _window(summarizer: AnySummarizer, request: SummaryRequest) -> int | None:
             return value
     return None
 
+
+async def _settled(effect: _Settled) -> bool:
+    """``effect``'s event set within its timeout, waited for without blocking the loop."""
+    deadline = time.monotonic() + effect.timeout
+    while not effect.event.is_set():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
