@@ -64,9 +64,6 @@ def cached_prefixes(server: Any) -> tuple[float, float]:
     return whole / pairs, long / pairs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known regression since cache-true summary requests (open, issue 28): the scripted "
-    "agent loses track of the documents it read after a compaction"))
 def test_create_agent_with_the_default_summarizer_reads_60_documents(openai_server: Any) -> None:
     agent = DocumentAgent(60)
     server = openai_server(window=WINDOW, responder=agent)

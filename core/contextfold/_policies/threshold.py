@@ -226,7 +226,9 @@ class ThresholdPolicy:
             block there, so the request keeps the previous one's prefix for the provider's
             prompt cache (the README's "Prompt caching and summaries ahead of time").
         rolling_share: the frozen part (after the first user message) may take at most this
-            share of the target; past it, when the ledgers have no room for another block's
+            share of the target (or twice its oldest block, when a consolidation left that
+            block larger: consolidating again would only rewrite it); past it, when the
+            ledgers have no room for another block's
             entries, or when compacting only what follows it cannot land within that share
             above the target and under the trigger, the pass consolidates (a full
             compaction, earlier summaries summarized again).
@@ -342,13 +344,22 @@ class ThresholdPolicy:
             return None
         first = next((i for i, m in enumerate(messages) if m.role == "user"), 0)
         count = context.counter.count_message
-        frozen = sum(map(count, messages[first + 1: stable]))
-        if frozen > self.rolling_share * budget.target_tokens:
-            return None  # the blocks have had their share: consolidate
         blocks = messages[first + 1: stable]
+        sizes = [count(m) for m in blocks]
+        frozen = sum(sizes)
+        # A consolidated block (a summary of the whole run, its ledger) may itself pass the
+        # share: consolidating again would only rewrite it, and lose the provider's cache
+        # at every pass. New blocks then go after it until the frozen part doubles.
+        oldest = sum(sizes[:2] if len(blocks) > 1 and blocks[1].source == LEDGER_SOURCE
+                     else sizes[:1])
+        if frozen > max(self.rolling_share * budget.target_tokens, 2 * oldest):
+            return None  # the blocks have had their share: consolidate
         if self.ledger is not None:
+            # The next block's entries, at the size of the last block's (a consolidated
+            # ledger alone says nothing of one block's), within what a ledger may grow to.
             ledgers = [count(m) for m in blocks if m.source == LEDGER_SOURCE]
-            if ledgers and sum(ledgers) + ledgers[-1] > self.ledger.room(context):
+            wanted = sum(ledgers) + (ledgers[-1] if len(ledgers) > 1 else 0)
+            if ledgers and wanted > self.ledger.room(context, wanted):
                 return None  # no room for another block's entries: merge (least used shed)
         offset, reserve = self._margins(messages, context)
         newest = newest_group(messages, stable)
