@@ -8,10 +8,6 @@ request an uninterrupted run sends."""
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +18,9 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
 import contextfold as cf
-import contextfold._engine.compactor as compactor_module
-import openai_server as server_module
 from langchain_contextfold import CompactionMiddleware
 from openai_server import DocumentAgent
+from repeatable_runs import number_replies, stop_the_clock
 
 pytestmark = [pytest.mark.http, pytest.mark.slow]
 
@@ -33,35 +28,6 @@ BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024)  # prepares ahea
 SYSTEM = "You read documents with read_document and report their reference codes."
 DOCS = 12
 CONFIG: dict[str, Any] = {"configurable": {"thread_id": "t1"}, "recursion_limit": 200}
-
-
-def _number_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replies and tool calls numbered by the request they answer, in each run, whatever
-    summary replies the server made in between (those made while preparing ahead land among
-    the agent's in any order)."""
-    numbers = itertools.count(1)
-    completion = server_module._completion
-
-    def calls(reply: Any) -> list[dict[str, Any]]:
-        return [{"id": f"call_{next(numbers):06d}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
-                for name, args in reply.tool_calls]
-
-    def completion_of(body: dict[str, Any], reply: Any, usage: Any) -> dict[str, Any]:
-        made: dict[str, Any] = completion(body, reply, usage)
-        digest = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=8)
-        return {**made, "id": "chatcmpl-" + digest.hexdigest()}
-
-    monkeypatch.setattr(server_module, "_calls", calls)
-    monkeypatch.setattr(server_module, "_completion", completion_of)
-
-
-class _Frozen(datetime):
-    """The clock summaries are stamped with, fixed so that two runs can be compared."""
-
-    @classmethod
-    def now(cls, tz: Any = None) -> Any:
-        return datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
 
 
 class Crash(BaseException):
@@ -108,11 +74,11 @@ def _run(openai_server_: Any, tmp: Path, crash_at: int | None) -> Any:
 def test_a_killed_run_resumes_with_the_requests_of_an_uninterrupted_one(
     openai_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(compactor_module, "datetime", _Frozen)
-    _number_tool_calls(monkeypatch)
+    stop_the_clock(monkeypatch)
+    number_replies(monkeypatch)
     (tmp_path / "whole").mkdir()
     whole = _run(openai_server, tmp_path / "whole", None)
-    _number_tool_calls(monkeypatch)
+    number_replies(monkeypatch)
     (tmp_path / "killed").mkdir()
     killed = _run(openai_server, tmp_path / "killed", crash_at=8)
 

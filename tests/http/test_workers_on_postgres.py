@@ -9,12 +9,8 @@ The PostgreSQL server is the one ``.ci/run`` starts (``.ci/services/postgres.sh`
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
 import os
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -22,46 +18,16 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, To
 from langchain_openai import ChatOpenAI
 
 import contextfold as cf
-import contextfold._engine.compactor as compactor_module
-import openai_server as server_module
 from langchain_contextfold import with_compaction
 from openai_server import DocumentAgent
 from pg_scratch import scratch_schema
+from repeatable_runs import number_replies, stop_the_clock
 
 pytestmark = [pytest.mark.http, pytest.mark.slow, pytest.mark.postgres]
 
 BUDGET = cf.Budget(context_window=16_384, output_reserve=1_024)  # prepares ahead at 60%
 SYSTEM = "You read documents with read_document and report their reference codes."
 THREAD: dict[str, Any] = {"configurable": {"thread_id": "t1"}}
-
-
-def _number_tool_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replies and tool calls numbered by the request they answer, in each run, whatever
-    summary replies the server made in between (those made while preparing ahead land among
-    the agent's in any order)."""
-    numbers = itertools.count(1)
-    completion = server_module._completion
-
-    def calls(reply: Any) -> list[dict[str, Any]]:
-        return [{"id": f"call_{next(numbers):06d}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
-                for name, args in reply.tool_calls]
-
-    def completion_of(body: dict[str, Any], reply: Any, usage: Any) -> dict[str, Any]:
-        made: dict[str, Any] = completion(body, reply, usage)
-        digest = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=8)
-        return {**made, "id": "chatcmpl-" + digest.hexdigest()}
-
-    monkeypatch.setattr(server_module, "_calls", calls)
-    monkeypatch.setattr(server_module, "_completion", completion_of)
-
-
-class _Frozen(datetime):
-    """The clock summaries are stamped with, fixed so that two runs can be compared."""
-
-    @classmethod
-    def now(cls, tz: Any = None) -> Any:
-        return datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
 
 
 @pytest.fixture
@@ -102,11 +68,11 @@ def _run(openai_server: Any, url: str, workers: int) -> Any:
 def test_three_workers_in_turn_send_what_one_worker_sends(
     openai_server: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(compactor_module, "datetime", _Frozen)
-    _number_tool_calls(monkeypatch)
+    stop_the_clock(monkeypatch)
+    number_replies(monkeypatch)
     with scratch_schema(pg_url.split("?")[0]) as one:
         single = _run(openai_server, one, 1)
-    _number_tool_calls(monkeypatch)
+    number_replies(monkeypatch)
     three = _run(openai_server, pg_url, 3)
     summaries = [r.raw for r in single.requests if r.summary]
     assert summaries, "the run must summarize for the test to mean anything"
