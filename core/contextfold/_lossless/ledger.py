@@ -54,6 +54,7 @@ from .ledger_payload import LEDGER_META, is_ledger, payload_entries
 __all__ = [
     "LEDGER_HEADER",
     "Ledger",
+    "identifiers_to_compact",
     "ledger_beside",
     "ledger_entries",
     "run_with_ledger",
@@ -284,12 +285,14 @@ def ledger_beside(
     return out, {"ledger": fitted.figures(len(entries), room)}
 
 
-def _wanted(messages: Sequence[Message], context: CompactionContext) -> int:
-    """About the tokens an index of what compaction will take out of ``messages`` needs:
-    the distinct identifiers of the messages older than the newest ones that fill the
-    target (those a policy compacts first), less those the newer ones still show, with a
-    handle per message. Only those newer messages are counted (a long history's older part
-    is scanned, never counted), and the list only as far as the largest room."""
+def identifiers_to_compact(messages: Sequence[Message], context: CompactionContext
+                           ) -> tuple[list[str], int] | None:
+    """What a ledger of ``messages`` would list: the distinct identifiers of the messages
+    older than the newest ones that fill the target (those a policy compacts first), less
+    those the newer ones still show; and how many messages hold them (a line each).
+    ``None`` when the newest messages alone fill the target. Only those newer messages are
+    counted (a long history's older part is scanned, never counted), and the older part
+    only as far as the largest room."""
     count = context.counter.count_message
     target = context.budget.target_tokens
     start = leading_system_count(messages)
@@ -298,7 +301,7 @@ def _wanted(messages: Sequence[Message], context: CompactionContext) -> int:
         end -= 1
         kept += count(messages[end])
     if end <= start:
-        return 0
+        return None
     later = {v for m in messages[end:] for v in identifiers_and_names(m)}
     most = 4 * max(target, 1)  # characters: beyond them, the room is at its largest
     values: dict[str, None] = {}
@@ -313,6 +316,13 @@ def _wanted(messages: Sequence[Message], context: CompactionContext) -> int:
             if v not in later and v not in values:
                 values[v] = None
                 chars += len(v) + 2
+    return list(values), lines
+
+
+def _wanted(messages: Sequence[Message], context: CompactionContext) -> int:
+    """About the tokens a ledger of what compaction will take out of ``messages`` needs:
+    its identifiers (`identifiers_to_compact`) and a handle per message."""
+    values, lines = identifiers_to_compact(messages, context) or ([], 0)
     if not values:
         return 0
     # Generous: a room a little large costs the policy a few messages, one too small

@@ -18,11 +18,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from .._contract.policy import CompactionContext
-from .._identifiers.salience import identifiers_and_names
-from .._lossless.ledger import Ledger
-from .._lossless.ledger_payload import is_ledger
+from .._lossless.ledger import Ledger, identifiers_to_compact
 from .._messages.model import Message
-from .._messages.structure import leading_system_count
 
 __all__ = ["ledger_aim"]
 
@@ -63,29 +60,12 @@ def _estimate(messages: Sequence[Message], context: CompactionContext) -> int:
     traces (dev half) twice keeps 93.9% of the needed-from-memory identifiers in view at half
     the tokens where three times kept 94.1% (65.0% at a quarter either way), and three times
     left small budgets' outputs at 78-80% of their target on plain chats. The older part is
-    scanned only as far as the largest room."""
-    count = context.counter.count_message
+    scanned only as far as the largest room (`identifiers_to_compact`)."""
     target = context.budget.target_tokens
-    start = leading_system_count(messages)
-    end, kept = len(messages), sum(count(m) for m in messages[:start])
-    while end > start and kept < target:
-        end -= 1
-        kept += count(messages[end])
-    if end <= start:
+    found = identifiers_to_compact(messages, context)
+    if found is None:
         return 0
-    later = {v for m in messages[end:] for v in identifiers_and_names(m)}
-    most = 4 * max(target, 1)  # characters: beyond them, the room is at its largest
-    values: dict[str, None] = {}
-    chars = 0
-    for m in messages[start:end]:
-        if chars > most:
-            break
-        if is_ledger(m):
-            continue
-        for v in identifiers_and_names(m):
-            if v not in later and v not in values:
-                values[v] = None
-                chars += len(v) + 2
+    values, _ = found
     listed = 2 * context.counter.count_text("; ".join(values)) if values else 0
     # On a small budget the older tiers fold into one summary (one line), so the lines take
     # at most a twentieth of the target there.
