@@ -153,7 +153,6 @@ def run_with_ledger(
     frozen: int = 0,
     share: float = 1.0,
     aim: float = 1.0,
-    grows_to: int | None = None,
 ) -> PolicyRun:
     """``run`` (a policy's) with the ledger carried: see the module docstring.
 
@@ -169,8 +168,7 @@ def run_with_ledger(
     rolling passes that follow it). ``aim`` is the part of that room a policy that compacts
     to its target aims below it by: the ledger grows past it only into what the policy
     left under the target (the room is an estimate that errs large; aiming below by all of
-    it leaves a policy short of its target when the ledger needs less), or under
-    ``grows_to`` for a policy whose output may pass the target to keep identifiers.
+    it leaves a policy short of its target when the ledger needs less).
     """
     if frozen:
         return (yield from _run_rolling(run, messages, context, ledger, frozen))
@@ -204,8 +202,7 @@ def run_with_ledger(
         left = context.available - used
         # Past its share, the ledger grows only under the target: it never takes an
         # output over the target that its share alone would have left under it.
-        ceiling = context.budget.target_tokens if grows_to is None else grows_to
-        under_target = ceiling - context.fixed_tokens - used
+        under_target = context.budget.target_tokens - context.fixed_tokens - used
         room = max(0, min(room, left, max(int(ledger.room(context) * share), under_target)))
     if outcome.messages is rest:
         return PolicyOutcome(messages=messages, method=outcome.method, notes=outcome.notes,

@@ -58,11 +58,7 @@ request cut to their labels and the short notice do not fit.
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
 identifiers) is cut section by section, DATA last (`fit_sections`), and replaced by
-the notice only when not even its headings fit. Where that cut would lose DATA lines, the
-summary may take up to halfway from the target to the trigger instead (an extractive
-summary that left identifiers out for its size hint is asked again with half that room),
-and the ledger beside it may grow into the rest: the identifiers they list are what the
-agent would otherwise fetch again.
+the notice only when not even its headings fit.
 
 Where the summary goes: the threshold design pushes it onto the end. So do we, with two exceptions:
 a trailing user prompt (not a summary) stays last, with the summary just before it, so the
@@ -110,7 +106,6 @@ from .._messages.structure import (
     newest_group,
     open_loop_call,
 )
-from .._summaries.sections import DATA_OMITTED
 from ..errors import BudgetExceededError
 from .learning import learned_in
 from .passes import strip_images
@@ -278,12 +273,11 @@ class ThresholdPolicy:
             return (yield from planned(messages, context))
         # Its target leaves half the ledger's room when rolling (so the rolling passes after
         # a consolidation find room under the target for their blocks); the ledger may grow
-        # to its whole room from what the pass left under the target, or, as the summary's
-        # DATA lines, halfway to the trigger.
+        # to its whole room from what the pass left under the target.
         return (yield from run_with_ledger(
             planned, messages, context, self.ledger, reserve=False,
             frozen=rolling.stable if rolling is not None else 0,
-            aim=0.5 if self.rolling else 1.0, grows_to=self._headroom(context)))
+            aim=0.5 if self.rolling else 1.0))
 
     def _run(
         self, messages: Sequence[Message], context: CompactionContext, rolling: Plan | None,
@@ -303,25 +297,7 @@ class ThresholdPolicy:
             latest_request=latest,
         )
         reply = yield request
-        hint = request.max_tokens or 0
-        more = hint + (self._headroom(context) - context.budget.target_tokens) // 2
-        if reply.text is not None and DATA_OMITTED in reply.text and more > hint:
-            # The extractive summary left identifiers out for the size hint, and a summary
-            # may go past the target to keep its DATA lines (`_finish`): asked again with
-            # half that room (the ledger beside it keeps the rest; no model call: only the
-            # extractive summary writes that line). Measured on the test half of the
-            # traces: 93.5% in view at 1/2 (92.5% without), 72.8% at 1/4 (71.6%).
-            again = yield replace(request, max_tokens=more)
-            reply = again if again.text is not None else reply
         return self._finish(messages, plan, reply, context)
-
-    @staticmethod
-    def _headroom(context: CompactionContext) -> int:
-        """How far a summary may take the output to keep its DATA lines: halfway from the
-        target to the trigger (the other half keeps the next call under the trigger),
-        within the input budget."""
-        budget = context.budget
-        return min(budget.input_budget, (budget.target_tokens + budget.trigger_tokens) // 2)
 
     # -- planning --------------------------------------------------------------------
 
@@ -626,8 +602,7 @@ class ThresholdPolicy:
         context: CompactionContext,
     ) -> PolicyOutcome:
         """The kept messages with the summary, which takes what is left under the target
-        (at least its reserve, within the budget; halfway to the trigger to keep its DATA
-        lines), cut section by section when longer."""
+        (at least its reserve, within the budget), cut section by section when longer."""
         kept = plan.kept()
         limit = context.budget.input_budget
         base = context.measure(kept)
@@ -647,31 +622,21 @@ class ThresholdPolicy:
                 pointed = point_to_view(reply.text, _requests_after(plan, kept, context))
                 texts += [pointed] if pointed != reply.text else []
             best: tuple[tuple[int, int], str, str, str] | None = None
-            # The target is a goal: a summary whose DATA lines (what the run read, by
-            # identifier) would be cut to reach it may take up to half the headroom above
-            # it (halfway to the trigger, within the budget), since a lost identifier is a
-            # step the agent takes again; the other half keeps the next call under the
-            # trigger.
-            headroom = self._headroom(context) - plan.offset
-            for top in dict.fromkeys((ceiling, max(ceiling, headroom))):
-                if best is not None and best[0][0] == 0:
+            for nudge, note in ((self.nudge, plan.note),
+                                (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
+                def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
+                    message = summary_message(text, context, nudge=nudge, notice=self.notice,
+                                              note=note)
+                    return context.measure(plan.place(kept, message)) <= ceiling
+                for full in texts:
+                    text = fit_sections(full, fits, weight)
+                    if text is None:
+                        continue
+                    lost = (data_lost(reply.text, text), removed_lines(text))
+                    if best is None or lost < best[0]:
+                        best = (lost, text, nudge, note)
+                if best is not None and best[0] == (0, 0):
                     break
-                for nudge, note in ((self.nudge, plan.note),
-                                    (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
-                    def fits(text: str, nudge: str = nudge, note: str = note,
-                             top: int = top) -> bool:
-                        message = summary_message(text, context, nudge=nudge,
-                                                  notice=self.notice, note=note)
-                        return context.measure(plan.place(kept, message)) <= top
-                    for full in texts:
-                        text = fit_sections(full, fits, weight)
-                        if text is None:
-                            continue
-                        lost = (data_lost(reply.text, text), removed_lines(text))
-                        if best is None or lost < best[0]:
-                            best = (lost, text, nudge, note)
-                    if best is not None and best[0] == (0, 0):
-                        break
             if best is not None:
                 _, text, nudge, note = best
                 summary = summary_message(text, context, nudge=nudge, notice=self.notice,
