@@ -70,6 +70,17 @@ def test_a_quoted_key_is_a_schema_field_not_an_identifier() -> None:
     assert eval_identifiers("the reservation_id is wrong") == ["reservation_id"]
 
 
+def test_a_string_escape_separates_identifiers_like_the_character_it_stands_for() -> None:
+    # a file written through a tool call's JSON arguments: its lines' names, not the escapes
+    arguments = (r'{"file_text": "from monai.utils import CommonKeys\nfrom torch import '
+                 r'DataLoader\n\ndataset = 1"}')
+    found = eval_identifiers(arguments)
+    assert {"CommonKeys", "DataLoader", "monai.utils"} <= set(found)
+    assert not [f for f in found if "\\" in f]
+    # an escaped backslash is a Windows path's separator, not an escape
+    assert eval_identifiers(r"C:\\Users\\ana\\notes.txt") == [r"C:\\Users\\ana\\notes.txt"]
+
+
 def test_the_rule_is_stable_on_long_noisy_input() -> None:
     blob = "a" * 5000 + "_" + "B" * 5000
     assert eval_identifiers(blob) == []  # a blob is not something a model writes back

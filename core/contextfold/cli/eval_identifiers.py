@@ -18,6 +18,11 @@ in code and in customer service alike:
   field of a tool's schema, which the model writes from the tool definitions, not from
   memory.
 
+A string escape (``\\n``, ``\\t``, ``\\r``, ``\\"``) separates tokens like the character
+it stands for: a tool call's JSON arguments write a file's lines as
+``"import DataLoader\\nfrom x"``, whose identifiers are the lines' (``DataLoader``),
+never ``DataLoader\\nfrom``.
+
 Plain English words (lowercase or Capitalized letters only) never count, nor a short stop
 list of code noise (``self``, ``print``, ``true``...). The scan is one regular expression
 without nested quantifiers, then constant work per character of each token: linear time.
@@ -30,6 +35,8 @@ import re
 __all__ = ["eval_identifiers"]
 
 _TOKEN = re.compile(r"[^\s\"'`<>()\[\]{},;=|]+")
+_ESCAPE = re.compile(r'(?<!\\)\\[nrt"]')
+"""A string escape standing for a separator (an escaped backslash before it is a path's)."""
 _EDGES = ".:!?*#-+~^$%&"
 _NOISE = frozenset({
     "self", "cls", "args", "kwargs", "print", "len", "str", "int", "dict", "list", "range",
@@ -94,6 +101,7 @@ def _is_reference(token: str) -> bool:
 def eval_identifiers(text: str) -> list[str]:
     """The identifiers of ``text`` by the evaluation's rule, in order, once each."""
     found: dict[str, None] = {}
+    text = _ESCAPE.sub("  ", text)  # the same length: each escape becomes two spaces
     end = len(text)
     for match in _TOKEN.finditer(text):
         raw = match.group()
