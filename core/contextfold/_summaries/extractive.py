@@ -57,8 +57,9 @@ class ExtractiveSummarizer:
     The default summarizer when none is given, and the fallback when an LLM summarizer
     fails. A summary over ``request.max_tokens`` (by ``counter``) loses the fewest lines
     that make it fit: PROGRESS's steps first, then DECISIONS, ERRORS, the task and
-    REMAINING, then the earlier requests; DATA only when nothing else is left, from its
-    last values (so the room left beside what stays holds as many identifiers as fit).
+    REMAINING, then the earlier requests; DATA only when nothing else is left, its least
+    salient values first (so the room left beside what stays holds as many identifiers as
+    fit, those the run is likeliest to need).
 
     Args:
         counter: measures ``max_tokens``; default an estimate of 3 characters per token.

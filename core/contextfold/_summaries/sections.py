@@ -1,13 +1,15 @@
 """The extractive summary's sections, made as they are read, and fitted to a size.
 
 A summary of a long span keeps a small part of what it could say: the steps of thousands
-of tool calls go first, and DATA keeps the identifiers found first, as many as fit. So the
-scan (`contextfold._summaries.extractive`) records where each line comes from and the text is made
-only when a line is read: a step's line (`Line`), the decisions of a message, the
-identifiers of a message (`Data`, looked for in order, only as far as the values
-read need). `Fitting` reads only what the states it tries show, and only as much of
-each as deciding whether it fits needs, so the identifiers of messages whose values could
-not fit are never looked for: the summary is the same as with every line made first.
+of tool calls go first, and DATA keeps the identifiers the run is likeliest to need again
+(by salience: written in a tool call or by the user, repeated), as many as fit, listed in
+the order they first appeared. So the scan (`contextfold._summaries.extractive`) records
+where each line comes from and the text is made only when a line is read: a step's line
+(`Line`), the decisions of a message, the identifiers of a message (`Data`, looked for
+in order, only as far as the values read need while they all fit, and all of them once
+they must be ranked). `Fitting` reads only what the states it tries show, and only as
+much of each as deciding whether it fits needs: the summary is the same as with every
+line made first.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
 from .._counting.bounds import head_over
 from .._counting.counters import TokenCounter
+from .._identifiers.salience import salience
 from .._identifiers.values import head_and_tail, identifiers_of
 from .._messages.model import Message
 
@@ -68,13 +70,15 @@ class Line:
 class Data:
     """DATA's values: every identifier of the sources, verbatim, once, in order of first
     appearance. A source is a message (its identifiers are looked for when the values
-    before them have been read) or a value an earlier summary listed."""
+    before them have been read) or a value an earlier summary listed. When not all of
+    them fit, `top` keeps the most salient."""
 
     def __init__(self) -> None:
         self.sources: list[Message | str] = []
         self._values: list[str] = []
         self._seen: set[str] = set()
         self._read = 0  # sources looked at
+        self._rank: dict[str, int] | None = None  # value -> its place by salience
 
     def _more(self) -> bool:
         """Look at the next source; ``False`` when none is left."""
@@ -100,6 +104,28 @@ class Data:
             if i < len(self._values):
                 yield self._values[i]
                 i += 1
+
+    def top(self, k: int) -> list[str]:
+        """The ``k`` most salient values (`contextfold._identifiers.salience`; among
+        equals the later), in order of first appearance. A value an earlier summary listed
+        scores as one an assistant wrote (that summary chose to keep it), unless its messages
+        here say more."""
+        if self._rank is None:
+            while self._more():
+                pass
+            messages = [m for m in self.sources if not isinstance(m, str)]
+            scores = salience(messages, only=self._seen) if messages else {}
+            listed = {v for v in self.sources if isinstance(v, str)}
+            order = sorted(range(len(self._values)), key=lambda i: (
+                -max(scores.get(self._values[i], 0.0),
+                     _LISTED if self._values[i] in listed else 0.0), -i))
+            self._rank = {self._values[i]: n for n, i in enumerate(order)}
+        rank = self._rank
+        return [v for v in self._values if rank[v] < k]
+
+
+_LISTED = 2.0
+"""The salience of a value an earlier summary's DATA listed: an assistant's writing."""
 
 
 @dataclass
@@ -171,7 +197,7 @@ def lines(k: Kept) -> Iterator[str]:
     yield "REMAINING:"
     yield from k.remaining or [NONE]
     yield "DATA:"
-    values = iter(k.s.data) if k.data is None else islice(k.s.data, k.data)
+    values = iter(k.s.data) if k.data is None else iter(k.s.data.top(k.data))
     first = next(values, None)
     if first is None and not k.data_omitted:
         yield NONE
@@ -198,7 +224,7 @@ class Fitting:
     Removals go in the documented order: the steps of PROGRESS after its first and before
     its latest, oldest first; DECISIONS; ERRORS; the task, then each long REMAINING item,
     shortened to 200 characters; the REMAINING items after the first; the first and the
-    latest step; the earlier requests, oldest first; DATA's values, the last found first
+    latest step; the earlier requests, oldest first; DATA's values, the least salient first
     (a line says that more were left out). The first state that fits is found by bisection
     over that order; a text is counted only as far as deciding it needs (the start of a
     long text that is over on its own, `head_over`). When not even everything
