@@ -71,8 +71,7 @@ def _summary(messages: list[cf.Message], **kw: object) -> str:
 
 def test_sections_follow_seed_004() -> None:
     text = _summary(_briefing())
-    headings = [ln.split(":")[0] for ln in text.splitlines() if not ln.startswith(("-", " "))
-                and ln.split(":")[0].isupper() and not ln[0].isdigit()]
+    headings = [ln.split(":")[0] for ln in text.splitlines() if re.match(r"[A-Z]+:(\s|$)", ln)]
     assert headings == ["TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS"]
     # TASK is the latest request; the one before it stays in view right under it.
     assert text.startswith("TASK: Include both accounts. I confirmed that earlier.\n"
@@ -95,7 +94,7 @@ def test_data_holds_every_identifier_verbatim() -> None:
     data = _section(_summary(messages), "DATA")
     for value in ("#KT-9284", "msg-9f3a21", "msg-77b0e2", "July 9, 2026", "2:43 AM",
                   "https://developer.apple.com/dpla"):
-        assert f"- {value}" in data
+        assert value in data
 
 
 @given(histories(max_turns=4, max_tool_chars=3_000, images=False))
@@ -145,7 +144,7 @@ def test_max_tokens_shortens_remaining_before_dropping_data(counter: cf.TokenCou
     short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert counter.count_text(short) <= request.max_tokens
     data = _section(short, "DATA")
-    assert all(f"- {r}" in data for r in refs), "DATA lost identifiers, REMAINING stayed whole"
+    assert all(r in data for r in refs), "DATA lost identifiers, REMAINING stayed whole"
     assert len(_section(short, "REMAINING")) < 25
 
 
@@ -176,7 +175,7 @@ def test_max_tokens_drops_earlier_requests_before_data(counter: cf.TokenCounter)
     short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert counter.count_text(short) <= request.max_tokens
     assert short.count("earlier request") < 3
-    assert {"- ORD-4417", "- QX-77A1"} <= set(_section(short, "DATA"))
+    assert {"ORD-4417", "QX-77A1"} <= set(_section(short, "DATA"))
 
 
 def test_a_plain_chat_records_what_was_asked_and_answered_as_progress() -> None:
@@ -358,14 +357,14 @@ def test_a_long_span_fills_its_size_with_identifiers(counter: cf.TokenCounter) -
     text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert 900 <= counter.count_text(text) <= 1_000
     data = _section(text, "DATA")
-    assert len(data) > 30 and data[-1] == "- [more identifier(s) omitted to fit]"
+    assert len(data) > 30 and data[-1] == "[more identifier(s) omitted to fit]"
     # the most salient values, listed in the order they first appeared
     ranked = _by_salience(history)
     kept = set(ranked[: len(data) - 1])
     in_order = message_identifiers(history)
-    assert data[:-1] == [f"- {v}" for v in in_order if v in kept]
+    assert data[:-1] == [v for v in in_order if v in kept]
     with_next = kept | {ranked[len(data) - 1]}
-    one_more = [*(f"- {v}" for v in in_order if v in with_next), data[-1]]
+    one_more = [*(v for v in in_order if v in with_next), data[-1]]
     lines = text.splitlines()
     at = lines.index("DATA:") + 1
     bigger = "\n".join([*lines[:at], *one_more, *lines[at + len(data):]])
@@ -387,7 +386,7 @@ def test_a_summary_fits_its_size_whenever_its_headings_do(
                     ("PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")]
         assert len(headings) == 5
         if counter.count_text(text) > size:  # only when everything that may go went
-            assert _section(text, "DATA") in (["- none"], ["- [more identifier(s) omitted to fit]"])
+            assert _section(text, "DATA") in (["- none"], ["[more identifier(s) omitted to fit]"])
             assert not [ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
             assert _section(text, "DECISIONS") == _section(text, "ERRORS") == ["- none"]
 
@@ -404,7 +403,7 @@ def test_a_cut_data_keeps_the_most_salient_values_in_the_order_they_appeared(
     event("DATA cut" if DATA_OMITTED in text else "DATA whole")
     if DATA_OMITTED not in text:
         return
-    kept = [ln[2:] for ln in _section(text, "DATA") if ln != DATA_OMITTED and ln != "- none"]
+    kept = [ln for ln in _section(text, "DATA") if ln != DATA_OMITTED and ln != "- none"]
     ranked = _by_salience(history)
     assert set(kept) == set(ranked[: len(kept)])  # nothing left out outranks a value kept
     assert kept == [v for v in message_identifiers(history) if v in set(kept)]

