@@ -35,9 +35,12 @@ def test_definitions_and_calls_name_functions() -> None:
     assert {"refund_order", "compute_total", "Ledger", "renderPage"} <= set(found)
 
 
-def test_a_json_key_is_not_a_quoted_value() -> None:
-    assert names_in('{"reservation_code": "XKQZ", "cabin": "economy"}') == [
-        "reservation_code", "XKQZ", "economy"]
+def test_a_json_key_is_not_a_name() -> None:
+    # a key names a field of the tool's schema; the same name in prose is one
+    assert names_in('{"reservation_code": "XKQZ", "cabin": "economy", "seat_map" : 1}') == [
+        "XKQZ", "economy"]
+    assert names_in('the reservation_code "seat_map" was wrong') == [
+        "reservation_code", "seat_map"]
 
 
 def test_tool_call_values_are_names_of_the_call() -> None:

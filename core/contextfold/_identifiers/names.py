@@ -16,6 +16,11 @@ of day (``07:00``) and quoted values (a JSON key is not one; three characters ar
 for a code, ``"PHL"``, that is not a plain word); then function and method names, from their
 definitions and calls. Every repeat is bounded and runs of identifier characters too long
 to be one are skipped (`.values.pieces`), so a scan is linear in the text.
+
+A name written as a JSON object's key (``"user_id":``) is none of these: it names a field of
+a tool's schema, which every call and result repeats and the model writes from the tool's
+definition, not from memory. Kept, it outranked every value (written in a tool call), and
+ledger lines filled with ``user_id; first_name; payment_methods``.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ def names_in(text: str) -> list[str]:
     for start, end in pieces(text):
         for match in _NAMES.finditer(text, start, end):
             kind = match.lastgroup
+            if kind != "quoted" and _is_key(text, match.start(), match.end()):
+                continue  # a JSON key names a field of a schema, not something the run used
             value = match.group("value") if kind in ("quoted", "value") else match.group()
             if kind == "dotted":
                 for part in (value, *value.split(".")):
@@ -77,6 +84,14 @@ def names_in(text: str) -> list[str]:
         for match in _CALLED.finditer(text, start, end):
             _keep(seen, match.group("defined") or match.group("called"))
     return list(seen)
+
+
+def _is_key(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is quoted and followed by a colon: a JSON object's key."""
+    if start == 0 or text[start - 1] != '"' or text[end:end + 1] != '"':
+        return False
+    after = text[end + 1:end + 9].lstrip(" \t")
+    return after[:1] == ":"
 
 
 def _keep(seen: dict[str, None], value: str, *, short: bool = False) -> None:
