@@ -78,6 +78,14 @@ def test_what_the_run_wrote_outranks_what_a_result_printed_whatever_the_position
     assert ranks["9725"] > ranks["88001"]
 
 
+def test_a_plain_word_ranks_below_a_code_written_in_the_same_place() -> None:
+    result = cf.Message("tool", json.dumps({"flight": "HAT286", "cabin": "business",
+                                            "city": "New York", "tier": "gold"}),
+                        tool_call_id="c")
+    ranks = salience([cf.Message("user", "Find me a flight"), result])
+    assert all(ranks["HAT286"] > ranks[w] for w in ("business", "New York", "gold"))
+
+
 def test_boilerplate_in_every_turn_ranks_below_a_reference() -> None:
     reminder = "<system-reminder>Use TodoWrite and keep ReminderBlock short</system-reminder>"
     history = []

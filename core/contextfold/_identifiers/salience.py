@@ -6,7 +6,8 @@ tool results is mostly context, of which the part the run repeats matters. So an
 identifier scores by the most telling place it was written (tool-call arguments above the
 user, above the assistant's text, above tool results, above the system prompt), plus a
 little for each further message that repeats it, minus when it is everywhere (the same
-reminder in every turn is boilerplate, not a reference)::
+reminder in every turn is boilerplate, not a reference), and minus for plain words
+(``"gold"``, ``"New York"``: a run can say them again in other words, not a code)::
 
     >>> ranks = salience([Message("user", "Refund order 83920"),
     ...                   Message("tool", "order 83920 item 55012", tool_call_id="c")])
@@ -94,5 +95,12 @@ def salience(messages: Sequence[Message] | Iterable[Message],
         score = best + 0.5 * math.log2(1 + min(count - 1, 8))
         if count >= everywhere:
             score -= 2.0  # in most messages: boilerplate, not a reference
+        if _words_only(value):
+            score -= 1.0  # words ("gold", "New York"): said again in other words, unlike a code
         scores[value] = score
     return scores
+
+
+def _words_only(value: str) -> bool:
+    """Letters and spaces only, each word lowercase or with one leading capital."""
+    return all(w.isalpha() and (w.islower() or w[1:].islower()) for w in value.split())
