@@ -8,7 +8,9 @@ the omitted middle that name them (a record id, an order number, a function name
 only the middle held), within the characters today's cut takes: the head and the tail
 give up what the kept lines and the longer label need, and every cut then ends at a line
 or word boundary. An identifier whose line no longer fits that room is named alone, on one
-bracketed line after the kept ones (``[also in the middle: HAT006; 2024-05-11]``). The text
+bracketed line after the kept ones (``[also in the middle: HAT006; 2024-05-11]``), and so is
+every identifier of a middle that is one long line (a JSON record), where the "line" around
+a value would be the record's other fields. The text
 layer does not recognise identifiers itself; the policies' layer passes them in.
 """
 
@@ -115,6 +117,7 @@ def _with_lines(text: str, head: int, tail: int, label: int, handle: str | None,
     taken: set[tuple[int, int]] = set()
     budget = int((head + tail) * _LINES_SHARE)
     used = 0
+    lined = "\n" in text[head:end]  # one long line (a JSON record): its values named alone
     for value in identifiers:
         if (not value or value in shown or any(value in line for line in lines)
                 or value in named):
@@ -125,7 +128,7 @@ def _with_lines(text: str, head: int, tail: int, label: int, handle: str | None,
         span = _line_around(text, at, len(value), head, end)
         if span in taken:
             continue
-        if used + span[1] - span[0] + 1 <= budget:
+        if lined and used + span[1] - span[0] + 1 <= budget:
             taken.add(span)
             lines.append(text[span[0]:span[1]].strip())
             used += span[1] - span[0] + 1
