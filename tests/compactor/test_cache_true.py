@@ -75,7 +75,7 @@ def test_the_cache_key_ignores_the_previous_request() -> None:
     request = summarizer.requests[0]
     bare = SummaryRequest(messages=request.messages, instructions=request.instructions,
                           max_tokens=request.max_tokens, open_request=request.open_request,
-                          latest_request=request.latest_request)
+                          latest_request=request.latest_request, shown=request.shown)
     assert bare.cache_key == request.cache_key
 
 

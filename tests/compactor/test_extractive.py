@@ -409,6 +409,25 @@ def test_a_cut_data_keeps_the_most_salient_values_in_the_order_they_appeared(
     assert kept == [v for v in message_identifiers(history) if v in set(kept)]
 
 
+def test_a_cut_data_leaves_out_first_what_the_model_sees_beside_the_summary(
+    counter: cf.TokenCounter,
+) -> None:
+    history = [cf.Message("user", "List my orders.")]
+    for k in range(40):
+        history += _tool_step(f"c{k}", "get_order", {"n": str(k)}, f"order ORD-{7000 + k}")
+    shown = " ".join(f"ORD-{7000 + k}" for k in range(20, 40))  # the newest, kept in view
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=120,
+                             shown=shown)
+    data = _section(cf.ExtractiveSummarizer(counter=counter).summarize(request), "DATA")
+    kept = [v for v in data if v.startswith("ORD-")]
+    assert 3 < len(kept) < 20
+    assert not [v for v in kept if v in shown]  # the room goes to what is out of view
+    unseen = SummaryRequest(messages=tuple(history), instructions="", max_tokens=120)
+    data = _section(cf.ExtractiveSummarizer(counter=counter).summarize(unseen), "DATA")
+    assert [v for v in data if v in shown]  # (the newest rank first when nothing is shown)
+    assert request.cache_key != unseen.cache_key
+
+
 @given(st.lists(st.sampled_from(["", " ", "\n", "\t", "\x1c", "\u2028", "error", "Failed:",
                                  "ok", "errors", "x", "fatal"]), max_size=8).map("".join))
 def test_an_error_is_told_from_the_first_non_blank_line_as_from_the_text(text: str) -> None:

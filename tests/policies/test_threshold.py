@@ -207,6 +207,33 @@ def test_the_summary_is_offered_what_the_plan_left_under_the_target(
     assert counter.count_messages(outcome.messages) <= budget.input_budget
 
 
+@pytest.mark.parametrize("share", [0.3, 0.2, 0.15])
+def test_a_cut_summary_gives_up_first_the_values_shown_beside_it(
+    counter: cf.TokenCounter, share: float,
+) -> None:
+    history = [cf.Message("system", "You check orders."), cf.Message("user", "Check them all.")]
+    for k in range(8):
+        refs = " ".join(f"OLD-{100 * k + j}" for j in range(5))
+        history += [cf.Message("assistant", tool_calls=(cf.ToolCall(f"c{k}", "get", "{}"),)),
+                    cf.Message("tool", f"{refs} " + words(3000, f"r{k}"), tool_call_id=f"c{k}")]
+    newest = [f"NEW-{j:03d}" for j in range(30)]
+    history += [cf.Message("assistant", tool_calls=(cf.ToolCall("c9", "get", "{}"),)),
+                cf.Message("tool", " ".join(newest), tool_call_id="c9")]
+    data = [*newest, *(f"OLD-{100 * k + j}" for k in range(8) for j in range(5))]
+    reply = "TASK: t\nPROGRESS:\n- p\nREMAINING:\n- r\nDATA:\n" + "\n".join(data)
+    window = int(counter.count_messages(history) * share)
+    outcome, _ = drive(cf.ThresholdPolicy(ledger=None), history, context_for(counter, window),
+                       reply=reply)
+    summary = next(m for m in outcome.messages if m.source == "summary")
+    beside = {w for m in outcome.messages if m.source != "summary" for w in m.text.split()}
+    listed = set(summary.text.splitlines())
+    kept, left_out = [v for v in data if v in listed], [v for v in data if v not in listed]
+    assert left_out and "NEW-000" in beside  # cut, with the newest result in view
+    # nothing in view elsewhere keeps its line while a value out of view lost its own
+    assert not ([v for v in kept if v in beside] and [v for v in left_out if v not in beside])
+    assert counter.count_messages(outcome.messages) <= cf.Budget(context_window=window).input_budget
+
+
 def test_summary_message_goes_last_with_the_nudge(counter: cf.TokenCounter) -> None:
     # The threshold design's placement, kept when rolling compaction is off.
     history = email_history(8)

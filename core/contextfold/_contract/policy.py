@@ -91,6 +91,10 @@ class SummaryRequest:
     """The conversation's latest user request, answered or not, when the policy names it:
     TASK names it (the span's own requests are earlier ones); REMAINING is left to what
     the span and ``open_request`` say."""
+    shown: str = ""
+    """The text the model reads beside the summary (the messages the policy keeps), when
+    the policy knows it: a value it already shows needs no room in the summary, so a
+    summary cut to ``max_tokens`` leaves such values out first."""
     sent: SentRequest | None = None
     """The agent's previous request this summary may repeat (filled in by the engine for a
     summarizer that asks for cache-true requests; ``None`` for today's form). It does not
@@ -106,6 +110,8 @@ class SummaryRequest:
         h.update(str(self.max_tokens).encode())
         h.update((self.open_request or "").encode("utf-8", "surrogatepass"))
         h.update(b"\x00" + (self.latest_request or "").encode("utf-8", "surrogatepass"))
+        if self.shown:
+            h.update(b"\x01" + self.shown.encode("utf-8", "surrogatepass"))
         for m in self.messages:
             h.update(m.fingerprint.encode())
         return h.hexdigest()

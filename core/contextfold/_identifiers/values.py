@@ -22,7 +22,7 @@ from itertools import islice
 
 from .._messages.model import Message
 
-__all__ = ["SCAN_CHARS", "extract_identifiers", "head_and_tail", "identifiers_of",
+__all__ = ["SCAN_CHARS", "appears_in", "extract_identifiers", "head_and_tail", "identifiers_of",
            "leading_identifiers", "message_identifiers", "pieces", "scanned_text"]
 
 _MONTHS = (
@@ -376,3 +376,21 @@ def head_and_tail(text: str, limit: int = SCAN_CHARS) -> str:
         return text
     half = limit // 2
     return f"{text[:half]}\n{text[-half:]}"
+
+
+def appears_in(value: str, text: str) -> bool:
+    """Whether ``text`` shows ``value`` whole: not as a piece of a longer identifier
+    (``OLD-1`` is not shown by ``OLD-100``, nor ``card_7`` by ``gift_card_7``)."""
+    if len(value) < 3:
+        return False
+    at = text.find(value)
+    while at >= 0:
+        end = at + len(value)
+        if not (at and _joins(text[at - 1])) and not (end < len(text) and _joins(text[end])):
+            return True
+        at = text.find(value, at + 1)
+    return False
+
+
+def _joins(c: str) -> bool:
+    return c.isalnum() or c in "_-"

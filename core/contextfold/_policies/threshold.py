@@ -93,6 +93,7 @@ from .._contract.policy import (
 )
 from .._head_tail import HeadTail, truncate_head_tail
 from .._identifiers.salience import salience
+from .._identifiers.values import appears_in
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
@@ -295,6 +296,7 @@ class ThresholdPolicy:
             purpose="threshold",
             open_request=open_request(messages),
             latest_request=latest,
+            shown="\n".join(_shown_text(m) for m in plan.kept()),
         )
         reply = yield request
         return self._finish(messages, plan, reply, context)
@@ -614,7 +616,7 @@ class ThresholdPolicy:
             # short nudge and the handle alone, whichever keeps more of the summary's lines:
             # a summary keeps more than any notice, and its lines more than the nudge's
             # words. Its DATA lines go least salient first.
-            weight = _data_weight(plan.work)
+            weight = _data_weight(plan.work, kept)
             texts = [reply.text]
             if not self._fits(reply.text, plan, kept, context, ceiling):
                 # The requests it restates that stay in view after it pointed to instead,
@@ -701,21 +703,32 @@ class ThresholdPolicy:
         )
 
 
-def _data_weight(messages: Sequence[Message]) -> Callable[[str], float]:
+def _data_weight(messages: Sequence[Message], kept: Sequence[Message]
+                 ) -> Callable[[str], float]:
     """The salience of a summary's DATA line (its identifier's, the highest of its words'
-    otherwise), scored over ``messages`` when first asked (most summaries fit uncut)."""
+    otherwise), scored over ``messages`` when first asked (most summaries fit uncut); a
+    value the ``kept`` messages show anyway weighs least: it is in view without the line."""
     scores: dict[str, float] = {}
+    shown: list[str] = []
 
     def weight(line: str) -> float:
         if not scores:
             scores.update(salience(messages))
             scores.setdefault("", 0.0)
+            shown.append("\n".join(_shown_text(m) for m in kept))
         value = line.strip().removeprefix("- ").strip()
+        if appears_in(value, shown[0]):
+            return -100.0  # (below any salience)
         if value in scores:
             return scores[value]
         return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
                    default=0.0)
     return weight
+
+
+def _shown_text(m: Message) -> str:
+    """What the model reads of ``m``: its text and its tool calls' arguments."""
+    return "\n".join([m.text, *(call.arguments for call in m.tool_calls)])
 
 
 def _requests_after(plan: Plan, kept: list[Message], context: CompactionContext) -> list[str]:

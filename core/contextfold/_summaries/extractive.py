@@ -79,6 +79,7 @@ class ExtractiveSummarizer:
     def summarize(self, request: SummaryRequest) -> str:
         """The structured summary of ``request.messages``."""
         sections = self._scan(request.messages, request.open_request, request.latest_request)
+        sections.data.shown = request.shown
         if request.max_tokens is None:
             return render(Kept.whole(sections))
         return Fitting(sections, request.max_tokens, self.counter).text()

@@ -23,7 +23,7 @@ from typing import Any
 from .._counting.bounds import head_over
 from .._counting.counters import TokenCounter
 from .._identifiers.salience import salience
-from .._identifiers.values import head_and_tail, identifiers_of
+from .._identifiers.values import appears_in, head_and_tail, identifiers_of
 from .._messages.model import Message
 
 __all__ = ["Data", "Fitting", "Line", "Sections", "lines", "short"]
@@ -79,6 +79,7 @@ class Data:
         self._seen: set[str] = set()
         self._read = 0  # sources looked at
         self._rank: dict[str, int] | None = None  # value -> its place by salience
+        self.shown = ""  # what the model reads beside the summary: values in it go last
 
     def _more(self) -> bool:
         """Look at the next source; ``False`` when none is left."""
@@ -109,14 +110,16 @@ class Data:
         """The ``k`` most salient values (`contextfold._identifiers.salience`; among
         equals the later), in order of first appearance. A value an earlier summary listed
         scores as one an assistant wrote (that summary chose to keep it), unless its messages
-        here say more."""
+        here say more; a value `shown` beside the summary ranks below every other."""
         if self._rank is None:
             while self._more():
                 pass
             messages = [m for m in self.sources if not isinstance(m, str)]
             scores = salience(messages, only=self._seen) if messages else {}
             listed = {v for v in self.sources if isinstance(v, str)}
+            shown = self.shown
             order = sorted(range(len(self._values)), key=lambda i: (
+                appears_in(self._values[i], shown),
                 -max(scores.get(self._values[i], 0.0),
                      _LISTED if self._values[i] in listed else 0.0), -i))
             self._rank = {self._values[i]: n for n, i in enumerate(order)}
