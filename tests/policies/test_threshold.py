@@ -763,3 +763,18 @@ def test_a_multi_turn_summary_sits_before_the_current_turn(counter: cf.TokenCoun
     summary = next(i for i, m in enumerate(out) if m.source == "summary")
     assert summary < out.index(current)
     assert "TASK: Now book flight HAT001 for Ana." in out[summary].text
+
+
+def test_a_cut_summary_leaves_out_the_headings_of_the_sections_it_emptied() -> None:
+    from contextfold._policies.threshold_summary import fit_sections
+
+    text = ("TASK: refund the order\nPROGRESS:\n1. read it\n2. checked it\nREMAINING:\n- refund\n"
+            "DATA:\n" + "\n".join(f"ORD-{k}" for k in range(40)) + "\nDECISIONS:\n- none\n"
+            "ERRORS:\n- none")
+    cut = fit_sections(text, lambda t: len(t) <= 300)
+    assert cut is not None and len(cut) <= 300
+    headings = [ln.split(":")[0] for ln in cut.splitlines() if ln.endswith(":") or
+                ln.startswith("TASK:")]
+    assert headings == ["TASK", "REMAINING", "DATA"]  # the emptied ones went, these stay
+    assert "ORD-39" in cut or "ORD-0" in cut
+    assert fit_sections(text, lambda t: True) == text  # a summary that fits keeps them all

@@ -68,7 +68,8 @@ def fit_sections(text: str, fits: Callable[[str], bool],
     def render(k: int) -> str:
         gone = set(order[:k])
         kept = [line for i, line in enumerate(lines) if i not in gone]
-        return "\n".join([*kept, f"[{k} line(s) of the summary omitted to fit]"])
+        return "\n".join([*_without_empty_sections(kept),
+                          f"[{k} line(s) of the summary omitted to fit]"])
 
     if not fits(render(len(order))):
         return None
@@ -80,6 +81,20 @@ def fit_sections(text: str, fits: Callable[[str], bool],
         else:
             lo = mid + 1
     return render(lo)
+
+
+def _without_empty_sections(lines: list[str]) -> list[str]:
+    """``lines`` without the headings of the sections a cut left empty (TASK, REMAINING and
+    DATA stay): on a tight budget an empty heading costs what a DATA value needs."""
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        heading = _HEADING.match(line)
+        if heading and heading.group(1) not in ("TASK", "REMAINING", "DATA"):
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if not following.strip() or _HEADING.match(following):
+                continue
+        out.append(line)
+    return out
 
 
 def removed_lines(text: str) -> int:
@@ -181,7 +196,7 @@ def point_to_view(text: str, requests: Sequence[str]) -> str:
         if pieces and any(all(p in r for p in pieces) for r in flat):
             lead = match.group("lead")
             if lead == "TASK: ":
-                return "TASK: the latest request, as the user wrote it (in view after this)"
+                return "TASK: the latest request (in view after this)"
             return lead.rstrip(": ") + " (in view after this)"
         return match.group()
     return _REQUEST_LINES.sub(shorter, text)
