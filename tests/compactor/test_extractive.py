@@ -120,7 +120,8 @@ def test_max_tokens_trims_progress_before_data(counter: cf.TokenCounter) -> None
     request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=500)
     short = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert counter.count_text(short) <= 500 < counter.count_text(full)
-    assert "earlier step(s) omitted" in short
+    assert re.search(r"^\d+\. ", full, re.MULTILINE)
+    assert not re.search(r"^\d+\. ", short, re.MULTILINE)  # every step went before DATA
     kept = [ln for ln in _section(short, "DATA") if "omitted to fit" not in ln]
     assert len(kept) > 5 and set(kept) <= set(_section(full, "DATA"))
 
@@ -382,13 +383,16 @@ def test_a_summary_fits_its_size_whenever_its_headings_do(
     if counter.count_text(full) <= size:
         assert text == full
     else:
-        headings = [ln for ln in text.splitlines() if ln.split(":")[0] in
+        headings = [ln.split(":")[0] for ln in text.splitlines() if ln.split(":")[0] in
                     ("PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")]
-        assert len(headings) == 5
+        if "[more identifier(s) omitted to fit]" not in text:
+            assert len(headings) == 5
+        else:  # DATA cut, every other removal made: the sections they emptied are left out
+            assert headings == ["REMAINING", "DATA"]
         if counter.count_text(text) > size:  # only when everything that may go went
             assert _section(text, "DATA") in (["- none"], ["[more identifier(s) omitted to fit]"])
-            assert not [ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
-            assert _section(text, "DECISIONS") == _section(text, "ERRORS") == ["- none"]
+            assert "PROGRESS" not in headings or not [
+                ln for ln in _section(text, "PROGRESS") if ln[:1].isdigit()]
 
 
 @given(histories(max_turns=6, max_tool_chars=3_000, images=False), st.integers(60, 900))
@@ -407,6 +411,27 @@ def test_a_cut_data_keeps_the_most_salient_values_in_the_order_they_appeared(
     ranked = _by_salience(history)
     assert set(kept) == set(ranked[: len(kept)])  # nothing left out outranks a value kept
     assert kept == [v for v in message_identifiers(history) if v in set(kept)]
+
+
+def test_a_cut_summary_points_to_the_request_the_model_sees_verbatim(
+    counter: cf.TokenCounter,
+) -> None:
+    ask = "Please cancel every order I placed in May and refund them to my card, thank you."
+    history = [cf.Message("user", ask)]
+    for k in range(30):
+        history += _tool_step(f"c{k}", "get_order", {"n": str(k)}, f"order ORD-{7000 + k}")
+    history.append(cf.Message("user", ask))  # open again, and kept in view by the policy
+    request = SummaryRequest(messages=tuple(history), instructions="", max_tokens=90,
+                             open_request=ask, shown=ask)
+    text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
+    assert "[more identifier(s) omitted to fit]" in text and ask not in text
+    assert text.startswith("TASK: the latest request (in view, verbatim)")
+    assert "- respond to the latest request (in view, verbatim)" in text
+    unseen = cf.ExtractiveSummarizer(counter=counter).summarize(
+        SummaryRequest(messages=tuple(history), instructions="", max_tokens=90,
+                       open_request=ask))
+    kept = [v for v in _section(text, "DATA") if v.startswith("ORD-")]
+    assert len(kept) > len([v for v in _section(unseen, "DATA") if v.startswith("ORD-")])
 
 
 def test_a_cut_data_leaves_out_first_what_the_model_sees_beside_the_summary(

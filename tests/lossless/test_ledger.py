@@ -134,7 +134,7 @@ def test_the_least_used_entries_are_shed_when_no_identifier_fits(
     # One code is mentioned again at the end: its entry is used, the others are not.
     history.append(cf.Message(role="user", content="Check REF-AB01-0001 again."))
     budget = cf.Budget(context_window=3_000)
-    ledger_settings = cf.Ledger(share=0.02, max_share=0.02, min_tokens=0)
+    ledger_settings = cf.Ledger(share=0.018, max_share=0.018, min_tokens=0)
     result = cf.compact(history, policy=cf.TruncationPolicy(ledger=ledger_settings),
                         budget=budget, counter=counter)
     assert_valid_within(result.messages, budget, counter)

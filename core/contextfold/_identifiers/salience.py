@@ -95,8 +95,10 @@ def salience(messages: Sequence[Message] | Iterable[Message],
         score = best + 0.5 * math.log2(1 + min(count - 1, 8))
         if count >= everywhere:
             score -= 2.0  # in most messages: boilerplate, not a reference
-        if _words_only(value):
-            score -= 1.0  # words ("gold", "New York"): said again in other words, unlike a code
+        if _words_only(value) or " " in value.strip():
+            # words ("gold") and phrases ("New York", "May 24, 2024", "(404 + 202) * 3"):
+            # said again in other words, unlike a code that must be copied
+            score -= 1.0
         scores[value] = score
     return scores
 

@@ -561,12 +561,13 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
     lines = [LEDGER_HEADER, *(_line(handle, _named(whats) if terse else whats, listed)
                               for handle, whats, listed in groups.values())]
     # With a store, the search tools (search_messages) find what is left out by its text.
-    found = "; search_messages finds them in the stored history" if searchable else ""
+    # (Few words: on a tight budget this line costs what listed identifiers need.)
+    found = "; search_messages finds them" if searchable else ""
     if left_out and not shed:
-        lines.append(f"[{left_out} less salient identifiers left out of these lines; "
-                     f"each handle's original still holds them{found}]")
+        lines.append(f"[{left_out} less salient identifiers left out; their originals "
+                     f"hold them{found}]")
     if shed:
-        lines.append(f"[{shed} older entries shed; the full history still holds them{found}]")
+        lines.append(f"[{shed} older entries shed; the full history holds them{found}]")
     return Message(role="user", content="\n".join(lines), source=LEDGER_SOURCE,
                    metadata={LEDGER_META: {"entries": records if records is not None
                                            else [e.as_dict() for e in entries],

@@ -93,7 +93,7 @@ from .._contract.policy import (
 )
 from .._head_tail import HeadTail, truncate_head_tail
 from .._identifiers.salience import salience
-from .._identifiers.values import appears_in
+from .._identifiers.values import appears_in, scanned_text
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
@@ -296,7 +296,7 @@ class ThresholdPolicy:
             purpose="threshold",
             open_request=open_request(messages),
             latest_request=latest,
-            shown="\n".join(_shown_text(m) for m in plan.kept()),
+            shown="\n".join(scanned_text(m) for m in plan.kept()),
         )
         reply = yield request
         return self._finish(messages, plan, reply, context)
@@ -715,7 +715,7 @@ def _data_weight(messages: Sequence[Message], kept: Sequence[Message]
         if not scores:
             scores.update(salience(messages))
             scores.setdefault("", 0.0)
-            shown.append("\n".join(_shown_text(m) for m in kept))
+            shown.append("\n".join(scanned_text(m) for m in kept))
         value = line.strip().removeprefix("- ").strip()
         if appears_in(value, shown[0]):
             return -100.0  # (below any salience)
@@ -724,11 +724,6 @@ def _data_weight(messages: Sequence[Message], kept: Sequence[Message]
         return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
                    default=0.0)
     return weight
-
-
-def _shown_text(m: Message) -> str:
-    """What the model reads of ``m``: its text and its tool calls' arguments."""
-    return "\n".join([m.text, *(call.arguments for call in m.tool_calls)])
 
 
 def _requests_after(plan: Plan, kept: list[Message], context: CompactionContext) -> list[str]:

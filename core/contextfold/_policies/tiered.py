@@ -64,6 +64,7 @@ from .._contract.policy import (
     Target,
 )
 from .._head_tail import HeadTail
+from .._identifiers.values import scanned_text
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import Message
@@ -261,6 +262,7 @@ class TieredPolicy:
             max_tokens=max(1, plan.rooms[tier] - plan.headers[tier]), purpose=f"tier{tier}",
             open_request=open_request(messages),
             latest_request=task,
+            shown="\n".join(scanned_text(m) for m in _raw(messages, plan)),
         )
         return self._tier_message(tier, originals, reply.text, plan, context)
 
@@ -658,6 +660,16 @@ class TieredPolicy:
 _MIN_BODY = 32
 """The least room (tokens) past its header worth a tier summary of its own: less holds a
 line or none, and the header alone costs about as much."""
+
+
+def _raw(messages: Sequence[Message], plan: TierPlan) -> list[Message]:
+    """The messages the plan keeps as they are (or cut): the system messages, the
+    residuals and tier 0."""
+    out = list(messages[: plan.lead])
+    for g, group in enumerate(plan.groups):
+        if plan.tier_of.get(g, 0) == 0:
+            out.extend(plan.cut_groups.get(g, group.messages))
+    return out
 
 
 def _fold_bare_tiers(plan: TierPlan) -> None:

@@ -184,19 +184,15 @@ class Kept:
 
 
 def lines(k: Kept) -> Iterator[str]:
-    """The summary's lines, in order, made as they are read."""
+    """The summary's lines, in order, made as they are read. A summary whose DATA is cut
+    (every other removal made) leaves out the sections the removals emptied (PROGRESS,
+    DECISIONS, ERRORS): their headings cost what DATA values need."""
+    bare = k.data is not None
     yield f"TASK: {k.task or 'unknown (not in the summarized messages)'}"
     for e in k.earlier:
         yield f"- earlier request: {e}"
-    yield "PROGRESS:"
-    for n, step in enumerate(k.progress, 1):
-        if n == 2 and k.omitted_steps:
-            yield f"- [{k.omitted_steps} earlier step(s) omitted]"
-        yield f"{n}. {step}"
-    if k.omitted_steps and len(k.progress) < 2:
-        yield f"- [{k.omitted_steps} earlier step(s) omitted]"
-    elif not k.progress:
-        yield NONE
+    if not (bare and not k.progress):
+        yield from _progress(k)
     yield "REMAINING:"
     yield from k.remaining or [NONE]
     yield "DATA:"
@@ -209,10 +205,25 @@ def lines(k: Kept) -> Iterator[str]:
         yield from values
     if k.data_omitted:
         yield DATA_OMITTED
-    yield "DECISIONS:"
-    yield from (k.s.decisions() if k.decisions is None else k.decisions) or [NONE]
-    yield "ERRORS:"
-    yield from map(str, k.errors) if k.errors else [NONE]
+    decisions = k.s.decisions() if k.decisions is None else k.decisions
+    if decisions or not bare:
+        yield "DECISIONS:"
+        yield from decisions or [NONE]
+    if k.errors or not bare:
+        yield "ERRORS:"
+        yield from map(str, k.errors) if k.errors else [NONE]
+
+
+def _progress(k: Kept) -> Iterator[str]:
+    yield "PROGRESS:"
+    for n, step in enumerate(k.progress, 1):
+        if n == 2 and k.omitted_steps:
+            yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+        yield f"{n}. {step}"
+    if k.omitted_steps and len(k.progress) < 2:
+        yield f"- [{k.omitted_steps} earlier step(s) omitted]"
+    elif not k.progress:
+        yield NONE
 
 
 def render(k: Kept) -> str:
@@ -241,6 +252,7 @@ class Fitting:
         self.s, self.max_tokens, self.counter = s, max_tokens, counter
         self.cap = max(2048, 5 * max_tokens)  # characters made before a first look
         self.long_items = [i for i, item in enumerate(s.remaining) if len(item) > TASK_CHARS]
+        self._flat: str | None = None  # the shown text on one line, once needed
 
     def text(self) -> str:
         if self._fits(Kept.whole(self.s)):
@@ -287,11 +299,21 @@ class Fitting:
         return lo
 
     def _bare(self, data: int | None = None) -> Kept:
-        """Every removal but DATA's made, with the first ``data`` values (all: None)."""
+        """Every removal but DATA's made, with the first ``data`` values (all: None); the
+        task and the request REMAINING names point to it when the model sees it verbatim
+        beside the summary (`Data.shown`)."""
         s = self.s
         remaining = [short(item, TASK_CHARS) if len(item) > TASK_CHARS else item
                      for item in s.remaining[:1]]
         task = short(s.task, TASK_CHARS) if s.task and len(s.task) > TASK_CHARS else s.task
+        if s.data.shown:
+            if self._flat is None:
+                self._flat = " ".join(s.data.shown.split())
+            if s.task and _in_view(s.task, self._flat):
+                task = IN_VIEW_TASK
+            found = _RESPOND.match(s.remaining[0]) if s.remaining else None
+            if found and _in_view(found.group(2), self._flat):
+                remaining = [f"{found.group(1)} (in view, verbatim)"]
         omitted = data is not None and s.data.at_least(data + 1) > data
         return Kept(s, (), len(s.progress), (), (), task, remaining, [], data, omitted)
 
@@ -335,6 +357,18 @@ class Fitting:
         if self.counter is not None:
             return self.counter.count_text(text)
         return math.ceil(len(text) / 3)
+
+
+IN_VIEW_TASK = "the latest request (in view, verbatim)"
+"""TASK in a cut summary when the model sees the request itself beside it."""
+_RESPOND = re.compile(r"^(- respond to the (?:latest|last) request): (.+)$", re.DOTALL)
+_CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
+
+
+def _in_view(text: str, flat: str) -> bool:
+    """Whether ``text`` (perhaps cut head and tail by `short`) is in ``flat``."""
+    pieces = [p for p in _CUT_MARK.split(" ".join(text.split())) if p]
+    return bool(pieces) and all(p in flat for p in pieces)
 
 
 def _head(made: Iterator[str], cap: int) -> tuple[str, bool]:
