@@ -57,8 +57,10 @@ request cut to their labels and the short notice do not fit.
 
 The summary takes what is left under the target (at least its reserved room, within the
 input budget); a longer one (an LLM past its hint, or verification appending missing
-identifiers) is cut section by section, DATA last (`fit_sections`), and replaced by
-the notice only when not even its headings fit.
+identifiers) is cut section by section, DATA last and least salient first, values the
+kept messages show before any other (`fit_sections`); the headings of the sections the
+cut emptied go too (TASK, REMAINING and DATA stay), and the notice replaces it only when
+not even those fit.
 
 Where the summary goes: the threshold design pushes it onto the end. So do we, with two exceptions:
 a trailing user prompt (not a summary) stays last, with the summary just before it, so the
