@@ -531,7 +531,9 @@ class DocumentAgent:
         return self._docs.get(int(number), f"Error: there is no document {number}.")
 
     def visible_codes(self, text: str) -> set[str]:
-        """The documents' codes present in ``text``."""
+        """The documents' codes present in ``text`` (a JSON dump or a repr of messages: an
+        escaped newline or tab is the separator a model reads, not the letter before a code)."""
+        text = text.replace("\\n", " ").replace("\\t", " ")
         return set(_CODE.findall(text)) & set(self.codes.values())
 
     def __call__(self, body: dict[str, Any]) -> Reply:
