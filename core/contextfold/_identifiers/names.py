@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from .._messages.model import Message
 from .values import pieces, scanned_text
 
-__all__ = ["argument_values", "call_argument_values", "names_in", "names_of"]
+__all__ = ["argument_values", "call_argument_values", "names_in", "names_of", "plain_word"]
 
 _WORD = r"[A-Za-z_][A-Za-z0-9_]{0,63}+"
 _NAMES = re.compile(
@@ -100,11 +100,11 @@ def _keep(seen: dict[str, None], value: str, *, short: bool = False) -> None:
     value = value.strip()
     if value.lower() in _COMMON:
         return
-    if len(value) >= _MIN or (short and len(value) >= 3 and not _plain_word(value)):
+    if len(value) >= _MIN or (short and len(value) >= 3 and not plain_word(value)):
         seen.setdefault(value, None)
 
 
-def _plain_word(value: str) -> bool:
+def plain_word(value: str) -> bool:
     """Letters only, lowercase or with one leading capital: a word, not a code."""
     return value.isalpha() and (value.islower() or value[1:].islower())
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from .._messages.model import Message
-from .names import argument_values, call_argument_values, names_in, names_of
+from .names import argument_values, call_argument_values, names_in, names_of, plain_word
 from .values import call_field_values, extract_identifiers, field_values, identifiers_of
 
 __all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls",
@@ -95,14 +95,9 @@ def salience(messages: Sequence[Message] | Iterable[Message],
         score = best + 0.5 * math.log2(1 + min(count - 1, 8))
         if count >= everywhere:
             score -= 2.0  # in most messages: boilerplate, not a reference
-        if _words_only(value) or " " in value.strip():
+        if " " in value.strip() or all(plain_word(w) for w in value.split()):
             # words ("gold") and phrases ("New York", "May 24, 2024", "(404 + 202) * 3"):
             # said again in other words, unlike a code that must be copied
             score -= 1.0
         scores[value] = score
     return scores
-
-
-def _words_only(value: str) -> bool:
-    """Letters and spaces only, each word lowercase or with one leading capital."""
-    return all(w.isalpha() and (w.islower() or w[1:].islower()) for w in value.split())

@@ -301,7 +301,7 @@ class ThresholdPolicy:
             shown="\n".join(scanned_text(m) for m in plan.kept()),
         )
         reply = yield request
-        return self._finish(messages, plan, reply, context)
+        return self._finish(messages, plan, reply, context, request.shown)
 
     # -- planning --------------------------------------------------------------------
 
@@ -603,7 +603,7 @@ class ThresholdPolicy:
 
     def _finish(
         self, messages: Sequence[Message], plan: Plan, reply: SummaryReply,
-        context: CompactionContext,
+        context: CompactionContext, shown: str,
     ) -> PolicyOutcome:
         """The kept messages with the summary, which takes what is left under the target
         (at least its reserve, within the budget), cut section by section when longer."""
@@ -618,7 +618,7 @@ class ThresholdPolicy:
             # short nudge and the handle alone, whichever keeps more of the summary's lines:
             # a summary keeps more than any notice, and its lines more than the nudge's
             # words. Its DATA lines go least salient first.
-            weight = _data_weight(plan.work, kept)
+            weight = _data_weight(plan.work, shown)
             texts = [reply.text]
             if not self._fits(reply.text, plan, kept, context, ceiling):
                 # The requests it restates that stay in view after it pointed to instead,
@@ -705,21 +705,19 @@ class ThresholdPolicy:
         )
 
 
-def _data_weight(messages: Sequence[Message], kept: Sequence[Message]
-                 ) -> Callable[[str], float]:
+def _data_weight(messages: Sequence[Message], shown: str) -> Callable[[str], float]:
     """The salience of a summary's DATA line (its identifier's, the highest of its words'
     otherwise), scored over ``messages`` when first asked (most summaries fit uncut); a
-    value the ``kept`` messages show anyway weighs least: it is in view without the line."""
+    value ``shown`` (the text of the messages kept) holds anyway weighs least: it is in
+    view without the line."""
     scores: dict[str, float] = {}
-    shown: list[str] = []
 
     def weight(line: str) -> float:
         if not scores:
             scores.update(salience(messages))
             scores.setdefault("", 0.0)
-            shown.append("\n".join(scanned_text(m) for m in kept))
         value = line.strip().removeprefix("- ").strip()
-        if appears_in(value, shown[0]):
+        if appears_in(value, shown):
             return -100.0  # (below any salience)
         if value in scores:
             return scores[value]

@@ -11,6 +11,7 @@ from .._lossless.references import HANDLE_RE, handle_text
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import SYSTEM_ROLES
+from .._summaries.sections import in_view
 
 __all__ = [
     "SUMMARY_HEADER",
@@ -182,7 +183,6 @@ def insert_summary(kept: list[Message], summary: Message) -> list[Message]:
 _REQUEST_LINES = re.compile(
     r"^(?P<lead>TASK: |- respond to the latest request: |- respond to the last request: )"
     r"(?P<text>.+)$", re.MULTILINE)
-_CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
 
 
 def point_to_view(text: str, requests: Sequence[str]) -> str:
@@ -192,8 +192,7 @@ def point_to_view(text: str, requests: Sequence[str]) -> str:
     flat = [" ".join(r.split()) for r in requests]  # the summary's lines are on one line
 
     def shorter(match: re.Match[str]) -> str:
-        pieces = [p.strip() for p in _CUT_MARK.split(match.group("text")) if p.strip()]
-        if pieces and any(all(p in r for p in pieces) for r in flat):
+        if any(in_view(match.group("text"), r) for r in flat):
             lead = match.group("lead")
             if lead == "TASK: ":
                 return "TASK: the latest request (in view after this)"

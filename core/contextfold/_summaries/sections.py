@@ -26,7 +26,7 @@ from .._identifiers.salience import salience
 from .._identifiers.values import appears_in, head_and_tail, identifiers_of
 from .._messages.model import Message
 
-__all__ = ["Data", "Fitting", "Line", "Sections", "lines", "short"]
+__all__ = ["Data", "Fitting", "Line", "Sections", "in_view", "lines", "short"]
 
 NONE = "- none"
 TASK_CHARS = 200
@@ -309,10 +309,10 @@ class Fitting:
         if s.data.shown:
             if self._flat is None:
                 self._flat = " ".join(s.data.shown.split())
-            if s.task and _in_view(s.task, self._flat):
+            if s.task and in_view(s.task, self._flat):
                 task = IN_VIEW_TASK
             found = _RESPOND.match(s.remaining[0]) if s.remaining else None
-            if found and _in_view(found.group(2), self._flat):
+            if found and in_view(found.group(2), self._flat):
                 remaining = [f"{found.group(1)} (in view, verbatim)"]
         omitted = data is not None and s.data.at_least(data + 1) > data
         return Kept(s, (), len(s.progress), (), (), task, remaining, [], data, omitted)
@@ -365,9 +365,10 @@ _RESPOND = re.compile(r"^(- respond to the (?:latest|last) request): (.+)$", re.
 _CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
 
 
-def _in_view(text: str, flat: str) -> bool:
-    """Whether ``text`` (perhaps cut head and tail by `short`) is in ``flat``."""
-    pieces = [p for p in _CUT_MARK.split(" ".join(text.split())) if p]
+def in_view(line: str, flat: str) -> bool:
+    """Whether the one-line ``line`` (perhaps cut head and tail by `short`) is in
+    ``flat``, a text on one line."""
+    pieces = [p.strip() for p in _CUT_MARK.split(line) if p.strip()]
     return bool(pieces) and all(p in flat for p in pieces)
 
 
