@@ -127,6 +127,25 @@ def test_the_least_salient_identifiers_are_left_out_first_and_counted(
         assert all(str(k) in listed for k in removed)
 
 
+def test_a_ledger_short_of_room_lists_identifiers_side_by_side_without_tool_names(
+    counter: cf.TokenCounter,
+) -> None:
+    history = reading(40, size=600)
+    budget = cf.Budget(context_window=3_000)
+    result = cf.compact(history, policy=cf.TruncationPolicy(
+        ledger=cf.Ledger(share=0.05, max_share=0.08)), budget=budget, counter=counter)
+    ledger = ledger_of(result.messages)
+    assert result.report.details["ledger"]["identifiers_shed"] > 0  # short of room
+    lines = [ln for ln in ledger.text.splitlines() if ln.startswith("- [ctx_")]
+    assert lines and all("read_document" not in ln for ln in lines)
+    listed = [ln.split("] -> ", 1)[1] for ln in lines if "] -> " in ln]
+    assert listed and all(";" not in values for values in listed)  # codes a space apart
+    codes = [v for values in listed for v in values.split()]
+    assert codes and all(v in {f"REF-AB{k:02d}-{k:04d}" for k in range(41)}
+                         | {f"/srv/docs/{k}.txt" for k in range(41)} | {str(k) for k in range(41)}
+                         for v in codes)
+
+
 def test_the_least_used_entries_are_shed_when_no_identifier_fits(
     counter: cf.TokenCounter,
 ) -> None:

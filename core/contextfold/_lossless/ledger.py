@@ -479,7 +479,9 @@ def _fit(
     if fits(full) <= room:
         return _Fitted(full)
     # Short of room, the identifiers outrank the words saying what each original was: the
-    # lines keep their handles, tool names and identifiers only, then the least salient go.
+    # lines keep their handles, tool names and identifiers only; then the tool names go
+    # (a line's identifiers say more per token than its calls' names) and the least
+    # salient identifiers, as few as fit.
     terse = _message(entries, shown, 0, 0, terse=True, records=records)
     if fits(terse) <= room:
         return _Fitted(terse)
@@ -494,7 +496,7 @@ def _fit(
         while low <= high:
             middle = (low + high) // 2
             message = _message(entries, _without(shown, order, middle), 0, middle,
-                               searchable, terse=True, records=records)
+                               searchable, terse=True, nameless=True, records=records)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
@@ -548,7 +550,7 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
 
 def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
              left_out: int, searchable: bool = False, *, terse: bool = False,
-             records: list[dict[str, Any]] | None = None) -> Message:
+             nameless: bool = False, records: list[dict[str, Any]] | None = None) -> Message:
     """The ledger message: one line per handle (what its original holds, in short, unless
     ``terse``, and the identifiers shown for it), in the order of the conversation.
     ``records``: the entries' `_Entry.as_dict`, when already made."""
@@ -558,8 +560,9 @@ def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: in
         what = entry.what()
         whats[what] = whats.get(what, 0) + 1
         listed.extend(values)
-    lines = [LEDGER_HEADER, *(_line(handle, _named(whats) if terse else whats, listed)
-                              for handle, whats, listed in groups.values())]
+    lines = [LEDGER_HEADER, *(line for handle, whats, listed in groups.values()
+                              if (line := _line(handle, {} if nameless else _named(whats)
+                                                if terse else whats, listed)) != "-")]
     # With a store, the search tools (search_messages) find what is left out by its text.
     # (Few words: on a tight budget this line costs what listed identifiers need.)
     found = "; search_messages finds them" if searchable else ""
@@ -583,8 +586,17 @@ def _named(whats: dict[str, int]) -> dict[str, int]:
 def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> str:
     head = f"- [{handle}] " if handle else "- "
     what = "; ".join(w if n == 1 else f"{w} x{n}" for w, n in whats.items())
-    return head + what + (f"-> {'; '.join(listed)}" if not what and listed
-                          else f" -> {'; '.join(listed)}" if listed else "")
+    values = _joined(listed)
+    return (head + what + (f"-> {values}" if not what and listed
+                           else f" -> {values}" if listed else "")).rstrip()
+
+
+def _joined(values: Sequence[str]) -> str:
+    """``values`` as one list: words apart by a space (a separator of its own costs a
+    token per value), then each phrase after a semicolon."""
+    words = " ".join(v for v in values if not any(c.isspace() for c in v))
+    return "; ".join([words, *(v for v in values if any(c.isspace() for c in v))]
+                     if words else [v for v in values if any(c.isspace() for c in v)])
 
 
 def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = None
