@@ -12,19 +12,22 @@ from hypothesis import strategies as st
 import contextfold as cf
 from contextfold._identifiers import values as identifiers
 from contextfold._identifiers.values import message_identifiers
+from contextfold._summaries.sections import unpacked
 from contextfold.policy import SummaryRequest, extract_identifiers
 from contextfold.testing import generate_history, histories
 from trace_sets import TraceSet
 
 
 def _section(text: str, name: str) -> list[str]:
+    """The lines of section ``name``; for DATA, the values its lines list (codes a line
+    of their own or side by side)."""
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{name}:"))
     out = []
     for ln in lines[start + 1 :]:
         if ln.split(":")[0] in ("TASK", "PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS"):
             break
-        out.append(ln)
+        out.extend(unpacked(ln) if name == "DATA" else [ln])
     return out
 
 
@@ -385,10 +388,12 @@ def test_a_summary_fits_its_size_whenever_its_headings_do(
     else:
         headings = [ln.split(":")[0] for ln in text.splitlines() if ln.split(":")[0] in
                     ("PROGRESS", "REMAINING", "DATA", "DECISIONS", "ERRORS")]
-        if "[more identifier(s) omitted to fit]" not in text:
-            assert len(headings) == 5
-        else:  # DATA cut, every other removal made: the sections they emptied are left out
+        if "[more identifier(s) omitted to fit]" in text:
+            # DATA cut, every other removal made: the sections they emptied are left out
             assert headings == ["REMAINING", "DATA"]
+        elif len(headings) != 5:  # every value fits once the emptied sections are left out
+            assert headings == ["REMAINING", "DATA"]
+            assert _section(text, "DATA") == _section(full, "DATA")
         if counter.count_text(text) > size:  # only when everything that may go went
             assert _section(text, "DATA") in (["- none"], ["[more identifier(s) omitted to fit]"])
             assert "PROGRESS" not in headings or not [
@@ -481,3 +486,34 @@ def test_the_pattern_finds_what_every_alternative_at_every_position_finds(
     plain = re.compile(identifiers._ALTERNATIVES)
     assert [(m.span(), m.lastgroup) for m in identifiers._PATTERN.finditer(text)] == \
         [(m.span(), m.lastgroup) for m in plain.finditer(text)]
+
+
+_VALUES = st.lists(st.one_of(
+    st.from_regex(r"[A-Z]{2,4}-?[0-9]{1,6}", fullmatch=True),  # codes
+    st.from_regex(r"[a-z]{2,8}_[a-z0-9]{1,8}", fullmatch=True),
+    st.sampled_from(["gold", "Silva", "New York", "2:43 AM", "May 24, 2024", "LAX JFK",
+                     "[note]", "- item"]),  # words, phrases, phrases of codes, look-alikes
+), unique=True, max_size=60)
+
+
+@given(_VALUES)
+def test_data_lines_read_back_as_the_values_they_list(values: list[str]) -> None:
+    from contextfold._summaries.sections import one_a_line, packed, repacked, unpacked
+
+    lines = list(packed(values))
+    assert [v for line in lines for v in unpacked(line)] == values
+    assert all(len(line) <= 160 or " " not in line for line in lines)
+    # Codes share lines: fewer lines than values once two codes follow each other.
+    assert len(lines) <= len(values)
+    again = repacked(["DATA:", *(one for line in lines for one in one_a_line(line))])
+    assert again == ["DATA:", *lines]
+
+
+def test_codes_side_by_side_take_fewer_tokens_than_a_line_each(
+    counter: cf.TokenCounter,
+) -> None:
+    from contextfold._summaries.sections import packed
+
+    codes = [f"HAT{k:03d}" for k in range(40)] + [f"2024-05-{k:02d}" for k in range(1, 29)]
+    saved = counter.count_text("\n".join(codes)) - counter.count_text("\n".join(packed(codes)))
+    assert saved >= len(codes) // 2  # about the newline each code no longer needs

@@ -778,3 +778,18 @@ def test_a_cut_summary_leaves_out_the_headings_of_the_sections_it_emptied() -> N
     assert headings == ["TASK", "REMAINING", "DATA"]  # the emptied ones went, these stay
     assert "ORD-39" in cut or "ORD-0" in cut
     assert fit_sections(text, lambda t: True) == text  # a summary that fits keeps them all
+
+
+def test_a_cut_summary_gives_up_data_value_by_value_and_keeps_the_rest_side_by_side() -> None:
+    from contextfold._policies.threshold_summary import fit_sections
+
+    codes = [f"ORD-{k}" for k in range(60)]
+    text = ("TASK: refund the order\nREMAINING:\n- refund\nDATA:\n"
+            + " ".join(codes[:30]) + "\n" + " ".join(codes[30:]))
+    cut = fit_sections(text, lambda t: len(t) <= 260,
+                       weight=lambda line: -int(line.removeprefix("ORD-")))  # ORD-59 lightest
+    assert cut is not None and len(cut) <= 260
+    data = cut.split("DATA:\n", 1)[1].splitlines()[:-1]  # the omitted-lines note last
+    kept = [v for line in data for v in line.split()]
+    assert kept == codes[: len(kept)] and 10 < len(kept) < 60  # the lightest went, one by one
+    assert len(data) < len(kept)  # what is left still shares lines

@@ -11,7 +11,7 @@ from .._lossless.references import HANDLE_RE, handle_text
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import SYSTEM_ROLES
-from .._summaries.sections import in_view
+from .._summaries.sections import in_view, one_a_line, repacked
 
 __all__ = [
     "SUMMARY_HEADER",
@@ -61,7 +61,7 @@ def fit_sections(text: str, fits: Callable[[str], bool],
     ranks the DATA lines: the lightest go first (the latest first among equals)."""
     if fits(text):
         return text
-    lines = text.strip().splitlines()
+    lines = _value_lines(text)
     order = _removal_order(lines, weight)
     if not order:
         return _head_tail(text, fits)
@@ -69,7 +69,7 @@ def fit_sections(text: str, fits: Callable[[str], bool],
     def render(k: int) -> str:
         gone = set(order[:k])
         kept = [line for i, line in enumerate(lines) if i not in gone]
-        return "\n".join([*_without_empty_sections(kept),
+        return "\n".join([*repacked(_without_empty_sections(kept)),
                           f"[{k} line(s) of the summary omitted to fit]"])
 
     if not fits(render(len(order))):
@@ -82,6 +82,19 @@ def fit_sections(text: str, fits: Callable[[str], bool],
         else:
             lo = mid + 1
     return render(lo)
+
+
+def _value_lines(text: str) -> list[str]:
+    """``text``'s lines with each DATA line of several codes one line per code: the cut
+    goes value by value (`repacked` puts them side by side again)."""
+    out: list[str] = []
+    section: str | None = None
+    for line in text.strip().splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            section = heading.group(1)
+        out.extend(one_a_line(line) if section == "DATA" and not heading else [line])
+    return out
 
 
 def _without_empty_sections(lines: list[str]) -> list[str]:
@@ -203,10 +216,10 @@ def point_to_view(text: str, requests: Sequence[str]) -> str:
 
 def data_lost(original: str, fitted: str) -> int:
     """How many DATA lines of the summary ``original`` its ``fitted`` version lacks."""
-    kept = set(fitted.splitlines())
+    kept = set(_value_lines(fitted))
     section: str | None = None
     lost = 0
-    for line in original.strip().splitlines():
+    for line in _value_lines(original):
         heading = _HEADING.match(line)
         if heading:
             section = heading.group(1)

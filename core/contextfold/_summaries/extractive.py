@@ -31,7 +31,7 @@ from .._contract.policy import SummaryRequest
 from .._counting.counters import TokenCounter
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
-from .sections import Fitting, Kept, Line, Sections, render, short
+from .sections import Fitting, Kept, Line, Sections, render, short, unpacked
 
 __all__ = ["SECTIONS", "ExtractiveSummarizer"]
 
@@ -208,7 +208,7 @@ class ExtractiveSummarizer:
             if current == "PROGRESS":
                 s.progress.append(item)
             elif current == "DATA":
-                s.data.sources.append(item)
+                s.data.sources.extend(unpacked(item))
             elif current == "DECISIONS":
                 s.decision_sources.append((False, f"- {item}"))
             elif current == "ERRORS":

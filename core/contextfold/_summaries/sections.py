@@ -14,19 +14,22 @@ line made first.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._counting.bounds import head_over
 from .._counting.counters import TokenCounter
+from .._identifiers.names import plain_word
 from .._identifiers.salience import salience
 from .._identifiers.values import appears_in, head_and_tail, identifiers_of
 from .._messages.model import Message
 
-__all__ = ["Data", "Fitting", "Line", "Sections", "in_view", "lines", "short"]
+__all__ = ["Data", "Fitting", "Line", "Sections", "in_view", "lines", "one_a_line", "packed",
+           "repacked", "short", "unpacked"]
 
 NONE = "- none"
 TASK_CHARS = 200
@@ -200,9 +203,8 @@ def lines(k: Kept) -> Iterator[str]:
     first = next(values, None)
     if first is None and not k.data_omitted:
         yield NONE
-    if first is not None:  # one bare value a line: a dash would cost a fifth more tokens
-        yield first
-        yield from values
+    if first is not None:
+        yield from packed(itertools.chain((first,), values))
     if k.data_omitted:
         yield DATA_OMITTED
     decisions = k.s.decisions() if k.decisions is None else k.decisions
@@ -224,6 +226,81 @@ def _progress(k: Kept) -> Iterator[str]:
         yield f"- [{k.omitted_steps} earlier step(s) omitted]"
     elif not k.progress:
         yield NONE
+
+
+_WRAP = 160
+"""Characters of a DATA line of codes, about (a longer line costs no more tokens; this
+keeps it readable)."""
+
+
+def packed(values: Iterable[str]) -> Iterator[str]:
+    """DATA's ``values`` as its lines, in their order: codes side by side a space apart (a
+    line or a dash of its own would cost a token more per value, a fifth to a third of
+    what a code takes), wrapped at about `_WRAP` characters; a value that is not one code
+    (a word, a phrase) on a line of its own, quoted when it is codes a space apart, so
+    each line reads back as the values it lists (`unpacked`)."""
+    line = ""
+    for value in values:
+        if not _code(value):
+            if line:
+                yield line
+                line = ""
+            words = value.split()
+            # a phrase of codes ("2:43 AM") would read back as codes side by side: quoted
+            yield f'"{value}"' if len(words) > 1 and all(map(_code, words)) else value
+        elif line and len(line) + 1 + len(value) > _WRAP:
+            yield line
+            line = value
+        else:
+            line = f"{line} {value}" if line else value
+    if line:
+        yield line
+
+
+def unpacked(line: str) -> list[str]:
+    """The values a DATA line lists: its codes when it holds only codes (`packed`), else
+    the line itself (a phrase, a word, a summarizer's sentence)."""
+    words = line.split()
+    if len(words) > 1 and all(map(_code, words)):
+        if line.startswith('"') and line.endswith('"'):
+            return [line.strip()[1:-1]]
+        return words
+    return [line.strip()]
+
+
+def one_a_line(line: str) -> list[str]:
+    """A DATA line as one line per value it lists, each as `packed` writes it alone."""
+    return [alone for value in unpacked(line) for alone in packed((value,))]
+
+
+def repacked(lines: Sequence[str]) -> list[str]:
+    """``lines`` of a summary with the runs of its DATA lines that list codes packed
+    anew (after lines went, fewer lines hold what is left)."""
+    out: list[str] = []
+    run: list[str] = []
+    data = False
+    for line in [*lines, ""]:
+        heading = _SECTION.match(line)
+        if heading:
+            data = heading.group(1) == "DATA"
+        codes = unpacked(line) if data and not heading else []
+        if codes and all(map(_code, codes)):
+            run.extend(codes)
+            continue
+        out.extend(packed(run))
+        run = []
+        out.append(line)
+    return out[:-1]
+
+
+_SECTION = re.compile(r"^(TASK|PROGRESS|REMAINING|DATA|DECISIONS|ERRORS):")
+
+
+def _code(value: str) -> bool:
+    """One code a DATA line can list beside others: no space, not a plain word, not
+    starting like a list item or a note."""
+    return (bool(value) and not any(c.isspace() for c in value) and not plain_word(value)
+            and value[0] not in "-*[•")
 
 
 def render(k: Kept) -> str:
