@@ -132,14 +132,14 @@ def _with_lines(text: str, head: int, tail: int, label: int, handle: str | None,
             taken.add(span)
             lines.append(text[span[0]:span[1]].strip())
             used += span[1] - span[0] + 1
-        elif used + len(value) + 2 <= budget + len(_NAMED) + 2:
-            named.append(value)
-            used += len(value) + 2
+        elif used + len(value) + 1 <= budget + len(_NAMED) + 2:
+            named.append(value)  # named a space apart
+            used += len(value) + 1
     lines = [line for line in lines if line]
     if not lines and not named:
         return None
     block = "\n".join([*(f"… {line}" for line in lines),
-                       *([f"[{_NAMED}{'; '.join(named)}]"] if named else [])])
+                       *([f"[{_NAMED}{' '.join(named)}]"] if named else [])])
     # The head and tail give up, in proportion, what the lines and the longer label take.
     new_label = truncation_label(len(text), head, tail, handle, len(lines))
     left = room - len(new_label) - len(block) - 3
