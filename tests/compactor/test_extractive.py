@@ -430,8 +430,7 @@ def test_a_cut_summary_points_to_the_request_the_model_sees_verbatim(
                              open_request=ask, shown=ask)
     text = cf.ExtractiveSummarizer(counter=counter).summarize(request)
     assert "[more identifier(s) omitted to fit]" in text and ask not in text
-    assert text.startswith("TASK: the latest request (in view, verbatim)")
-    assert "- respond to the latest request (in view, verbatim)" in text
+    assert text.startswith("TASK: the latest request (in view)\nREMAINING:\n- respond to it\n")
     unseen = cf.ExtractiveSummarizer(counter=counter).summarize(
         SummaryRequest(messages=tuple(history), instructions="", max_tokens=90,
                        open_request=ask))

@@ -11,7 +11,7 @@ from .._lossless.references import HANDLE_RE, handle_text
 from .._messages.model import Message
 from .._messages.prompt_kinds import prompt_kind
 from .._messages.structure import SYSTEM_ROLES
-from .._summaries.sections import in_view, one_a_line, repacked
+from .._summaries.sections import IN_VIEW_TASK, in_view, one_a_line, repacked
 
 __all__ = [
     "SUMMARY_HEADER",
@@ -208,8 +208,8 @@ def point_to_view(text: str, requests: Sequence[str]) -> str:
         if any(in_view(match.group("text"), r) for r in flat):
             lead = match.group("lead")
             if lead == "TASK: ":
-                return "TASK: the latest request (in view after this)"
-            return lead.rstrip(": ") + " (in view after this)"
+                return f"TASK: {IN_VIEW_TASK}"
+            return lead.rstrip(": ") + " (in view)"
         return match.group()
     return _REQUEST_LINES.sub(shorter, text)
 

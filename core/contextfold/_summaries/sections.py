@@ -390,7 +390,8 @@ class Fitting:
                 task = IN_VIEW_TASK
             found = _RESPOND.match(s.remaining[0]) if s.remaining else None
             if found and in_view(found.group(2), self._flat):
-                remaining = [f"{found.group(1)} (in view, verbatim)"]
+                remaining = [IN_VIEW_REMAINING if task == IN_VIEW_TASK
+                             else f"{found.group(1)} (in view)"]
         omitted = data is not None and s.data.at_least(data + 1) > data
         return Kept(s, (), len(s.progress), (), (), task, remaining, [], data, omitted)
 
@@ -436,8 +437,11 @@ class Fitting:
         return math.ceil(len(text) / 3)
 
 
-IN_VIEW_TASK = "the latest request (in view, verbatim)"
-"""TASK in a cut summary when the model sees the request itself beside it."""
+IN_VIEW_TASK = "the latest request (in view)"
+"""TASK in a cut summary when the model sees the request itself, verbatim, beside it."""
+IN_VIEW_REMAINING = "- respond to it"
+"""REMAINING's item in a cut summary whose TASK is `IN_VIEW_TASK` and whose open request
+is that one."""
 _RESPOND = re.compile(r"^(- respond to the (?:latest|last) request): (.+)$", re.DOTALL)
 _CUT_MARK = re.compile(r"\s*\[\u2026\]\s*")
 
