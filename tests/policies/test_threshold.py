@@ -793,3 +793,26 @@ def test_a_cut_summary_gives_up_data_value_by_value_and_keeps_the_rest_side_by_s
     kept = [v for line in data for v in line.split()]
     assert kept == codes[: len(kept)] and 10 < len(kept) < 60  # the lightest went, one by one
     assert len(data) < len(kept)  # what is left still shares lines
+
+
+@pytest.mark.parametrize("room", [700, 4_000])
+def test_the_short_nudge_goes_first_where_the_long_one_would_crowd_a_small_room(
+    counter: cf.TokenCounter, room: int,
+) -> None:
+    from contextfold._policies.threshold import SHORT_NUDGE
+
+    history = [cf.Message(role="system", content=words(6_000, "sys")),
+               cf.Message(role="user", content="Look up the orders ORD-1 to ORD-40.")]
+    for k in range(40):
+        history += tool_step(f"c{k}", 600)
+    history.append(cf.Message(role="user", content="Which one shipped?"))
+    system = counter.count_messages(history[:1])
+    budget = cf.Budget(context_window=system + room + 4_096, output_reserve=4_096)
+    result = cf.compact(history, policy=cf.ThresholdPolicy(ledger=None), budget=budget,
+                        counter=counter)
+    summary = next(m for m in result.messages if m.source == "summary")
+    assert_valid_within(result.messages, budget, counter)
+    if room < 20 * counter.count_text(CONTINUATION_NUDGE):  # over a twentieth of the room
+        assert summary.text.endswith(SHORT_NUDGE)
+    else:
+        assert summary.text.endswith(CONTINUATION_NUDGE)

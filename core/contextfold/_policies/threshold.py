@@ -219,8 +219,9 @@ class ThresholdPolicy:
         nudge: the text after the summary.
         notice: the message used when the summary failed.
         short_notice: the notice used when not even ``notice`` fits (tiny budgets).
-        short_nudge: the nudge of a summary that does not fit with ``nudge`` (tight
-            budgets): a short summary is tried before any notice.
+        short_nudge: the nudge of a summary that does not fit with ``nudge``, or where
+            ``nudge`` would take over a twentieth of the room beside the system messages
+            (tight budgets): a short summary is tried before any notice.
         ledger: the compaction ledger's settings; ``None`` keeps no ledger.
         rolling: cache-stable compaction: each pass freezes what earlier passes wrote (up to
             the last summary block), compacts only what came after it and appends its own
@@ -626,8 +627,12 @@ class ThresholdPolicy:
                 pointed = point_to_view(reply.text, _requests_after(plan, kept, context))
                 texts += [pointed] if pointed != reply.text else []
             best: tuple[tuple[int, int], str, str, str] | None = None
-            for nudge, note in ((self.nudge, plan.note),
-                                (self.short_nudge, fallback_notes(plan.note)[-2:][0])):
+            forms = [(self.nudge, plan.note),
+                     (self.short_nudge, fallback_notes(plan.note)[-2:][0])]
+            system = context.measure([m for m in kept if m.role in SYSTEM_ROLES])
+            if context.counter.count_text(self.nudge) > _NUDGE_SHARE * (ceiling - system):
+                forms.reverse()
+            for nudge, note in forms:
                 def fits(text: str, nudge: str = nudge, note: str = note) -> bool:
                     message = summary_message(text, context, nudge=nudge, notice=self.notice,
                                               note=note)
@@ -724,6 +729,11 @@ def _data_weight(messages: Sequence[Message], shown: str) -> Callable[[str], flo
         return max((scores.get(w.strip(".,;:()[]\"'"), 0.0) for w in value.split()),
                    default=0.0)
     return weight
+
+
+_NUDGE_SHARE = 0.05
+"""The most of the room beside the system messages the continuation nudge may take; past
+it the short nudge goes first (a summary on a small room keeps its identifiers)."""
 
 
 def _requests_after(plan: Plan, kept: list[Message], context: CompactionContext) -> list[str]:
