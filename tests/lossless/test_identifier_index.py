@@ -86,6 +86,16 @@ def test_a_plain_word_ranks_below_a_code_written_in_the_same_place() -> None:
     assert all(ranks["HAT286"] > ranks[w] for w in ("business", "New York", "gold"))
 
 
+def test_a_record_field_that_identifies_outranks_the_record_s_other_values() -> None:
+    profile = cf.Message("tool", json.dumps({
+        "user_id": "sophia_martin_4574", "address": {"zip": "76143"},
+        "created_at": "2024-05-03T08:46:43", "reservations": ["HSR97W", "SE9KEL"],
+        "payment_methods": {"certificate_4156052": {"amount": 250}}}), tool_call_id="c")
+    ranks = salience([cf.Message("user", "Check my bookings"), profile])
+    for code in ("sophia_martin_4574", "HSR97W", "SE9KEL"):  # an id field, codes in a list
+        assert all(ranks[code] > ranks[other] for other in ("76143", "2024-05-03T08:46:43"))
+
+
 def test_boilerplate_in_every_turn_ranks_below_a_reference() -> None:
     reminder = "<system-reminder>Use TodoWrite and keep ReminderBlock short</system-reminder>"
     history = []

@@ -4,7 +4,9 @@ What a run writes into a tool call's arguments it acted on (the reservation it c
 the file it edited); what the user wrote is what the task is about; what comes back in
 tool results is mostly context, of which the part the run repeats matters. So an
 identifier scores by the most telling place it was written (tool-call arguments above the
-user, above the assistant's text, above tool results, above the system prompt), plus a
+user, above the assistant's text, above tool results, above the system prompt; in a tool
+result's JSON record, a value its field says identifies something, ``reservation_id`` or a
+code in a list, a step above the record's other values: a zip code, a timestamp), plus a
 little for each further message that repeats it, minus when it is everywhere (the same
 reminder in every turn is boilerplate, not a reference), and minus for plain words
 (``"gold"``, ``"New York"``: a run can say them again in other words, not a code)::
@@ -26,11 +28,21 @@ from collections.abc import Set as AbstractSet
 
 from .._messages.model import Message
 from .names import argument_values, call_argument_values, names_in, names_of, plain_word
-from .values import call_field_values, extract_identifiers, field_values, identifiers_of
+from .values import (
+    call_field_values,
+    extract_identifiers,
+    field_values,
+    identifiers_of,
+    record_fields,
+)
 
 __all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls",
            "written_in_each_call"]
 
+_FIELD = 0.5
+"""Added to a tool result's value when its record's field says it identifies something
+(``reservation_id``, ``origin``) or it is a code in a list, over its other values (a zip
+code, a timestamp)."""
 _PLACE = {"call": 4.0, "user": 3.0, "assistant": 2.0, "tool": 1.0, "system": 0.5}
 """The score of an identifier by the most telling place it was written."""
 
@@ -78,10 +90,12 @@ def salience(messages: Sequence[Message] | Iterable[Message],
         total += 1
         where = _PLACE.get(m.role, 1.0) if m.source != "ledger" else 0.0
         found = identifiers_and_names(m)
+        fields = frozenset(record_fields(m)) if m.role == "tool" else frozenset()
         for value in found if only is None else [v for v in found if v in only]:
             seen_in[value] = seen_in.get(value, 0) + 1
-            if place.get(value, -1.0) < where:
-                place[value] = where
+            here = where + _FIELD if value in fields else where
+            if place.get(value, -1.0) < here:
+                place[value] = here
         if not m.tool_calls:
             continue  # nothing written into calls
         written = written_in_calls(m)

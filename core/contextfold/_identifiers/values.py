@@ -287,9 +287,14 @@ def leading_identifiers(message: Message, k: int) -> tuple[str, ...]:
     return found if len(found) == k else identifiers_of(message)[:k]
 
 
+def record_fields(message: Message) -> tuple[str, ...]:
+    """`field_values` of ``message``'s text (computed once per message)."""
+    return message.derived("field_values", lambda m: tuple(field_values(m.text)))
+
+
 def _identifiers_of(message: Message) -> tuple[str, ...]:
     found = dict.fromkeys(extract_identifiers(scanned_text(message)))
-    found.update(dict.fromkeys(field_values(message.text)))
+    found.update(dict.fromkeys(record_fields(message)))
     for values in call_field_values(message):
         found.update(dict.fromkeys(values))
     return tuple(found)
