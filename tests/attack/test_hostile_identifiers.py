@@ -55,7 +55,7 @@ _REFERENCE_KINDS = (
      r"#[A-Za-z0-9][\w-]*\d[\w-]*|#\d+|\b[A-Z]{1,6}-\d{2,}(?:-[A-Z0-9]+)*\b"
      r"|(?<=ending in )\d{3,}\b"),
     ("id",
-     r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{3,}[A-Za-z0-9]\b|\b\d{5,}\b"),
+     r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{3,}[A-Za-z0-9]\b|\b\d{4,}\b"),
 )
 _REFERENCE = re.compile("|".join(f"(?P<{k}>{rx})" for k, rx in _REFERENCE_KINDS))
 

@@ -240,6 +240,12 @@ def test_card_endings_are_identifiers() -> None:
     assert extract_identifiers("Use the credit card ending in 9725 please") == ["9725"]
 
 
+def test_numbers_of_four_digits_or_more_are_identifiers() -> None:
+    # a card's last four and a price in a JSON record, as a run writes them again later
+    record = '{"last_four": "9448", "price": 1859, "seats": 12, "gate": 101}'
+    assert extract_identifiers(record) == ["9448", "1859"]
+
+
 @given(st.lists(st.from_regex(r"[A-Z]{2,4}-[0-9]{3,6}", fullmatch=True), min_size=1, max_size=5),
        st.lists(st.sampled_from(["the", "order", "was", "shipped", "to", "customer"]), max_size=8))
 def test_embedded_references_are_found_in_order(refs: list[str], words: list[str]) -> None:

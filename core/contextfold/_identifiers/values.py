@@ -71,12 +71,12 @@ _KINDS: tuple[tuple[str, str], ...] = (
         r"|(?<=ending in )\d{3,64}\b",  # "the card ending in 9725"
     ),
     # Tokens that mix letters and digits (HAT001, 4WQ150, mia_li_3668, a UUID, a hash),
-    # or long digit runs (order and phone numbers).
+    # or digit runs of four or more (order and phone numbers, a card's last four, a price).
     (
         "id",
         r"\b(?=[\w-]{0,128}\d)(?=[\w-]{0,128}[A-Za-z])"
         r"[A-Za-z0-9][\w-]{3,126}[A-Za-z0-9]\b"
-        r"|\b\d{5,64}\b",
+        r"|\b\d{4,64}\b",
     ),
 )
 
