@@ -156,7 +156,7 @@ def full_summary(request: SummaryRequest) -> str:
 def header_tokens(counter: cf.TokenCounter) -> int:
     """Tokens of a tier summary's header without a summary."""
     return counter.count_message(cf.Message(role="user", content=(
-        "[Compacted history — tier 3: 10 earlier messages summarized; full text: "
+        "[Compacted history — tier 3: 10 earlier messages; full text: "
         "ctx_000000000000 (read_original)]")))
 
 
@@ -431,7 +431,7 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
         older = [m for g in groups[:-1] for m in g.messages]
         context = CompactionContext(budget=budget, counter=counter)
         header = [cf.Message(role="user", source="summary", content=(
-            f"[Compacted history — tier 1: {len(older)} earlier messages summarized; full "
+            f"[Compacted history — tier 1: {len(older)} earlier messages; full "
             f"text: {handle_text(handle_for(older), context)}]"))] if older else []
         assert counter.count_messages([*lead, *newest, *header]) > budget.input_budget
         event("budget exceeded")
@@ -463,7 +463,7 @@ def test_tiered_output_is_valid_within_budget_and_keeps_residuals(
                   for m in split_groups(history)[-1].messages]
         context = CompactionContext(budget=budget, counter=counter)
         header = cf.Message(role="user", source="summary", content=(
-            "[Compacted history — tier 3: 1000000 earlier messages summarized; full text: "
+            "[Compacted history — tier 3: 1000000 earlier messages; full text: "
             f"{handle_text('ctx_' + '0' * 12, context)}]"))
         floor = counter.count_messages([*lead, *newest]) + 3 * counter.count_message(header)
         assert floor > budget.input_budget

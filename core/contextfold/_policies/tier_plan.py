@@ -61,9 +61,11 @@ class FixedParts:
 
 
 def header_message(tier: int, count: int, text: str = "", ref: str = "") -> Message:
-    """A tier's summary message: its header, then ``text``."""
+    """A tier's summary message: its header, then ``text``. The header says the messages
+    were summarized only when a summary follows it."""
     full = f"; full text: {ref}" if ref else ""
-    header = f"[Compacted history — tier {tier}: {count} earlier messages summarized{full}]"
+    summarized = " summarized" if text else ""
+    header = f"[Compacted history — tier {tier}: {count} earlier messages{summarized}{full}]"
     return Message(role="user", content=f"{header}\n\n{text}" if text else header,
                    source="summary", metadata={"compaction": "tiered", "tier": tier})
 
