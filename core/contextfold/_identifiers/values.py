@@ -17,13 +17,14 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 
 from .._messages.model import Message
 
-__all__ = ["SCAN_CHARS", "appears_in", "extract_identifiers", "head_and_tail", "identifiers_of",
-           "leading_identifiers", "message_identifiers", "pieces", "scanned_text"]
+__all__ = ["SCAN_CHARS", "appears_in", "appears_in_text", "extract_identifiers", "head_and_tail",
+           "identifiers_of", "leading_identifiers", "message_identifiers", "pieces",
+           "scanned_text"]
 
 _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
@@ -399,3 +400,27 @@ def appears_in(value: str, text: str) -> bool:
 
 def _joins(c: str) -> bool:
     return c.isalnum() or c in "_-"
+
+
+# A run of the characters `_joins` holds (``\w`` is ``str.isalnum`` and "_", code point
+# for code point).
+_JOINED = re.compile(r"[\w-]+")
+
+
+def appears_in_text(text: str) -> Callable[[str], bool]:
+    """`appears_in` of many values against one long ``text``, the same answers. A value
+    of joining characters alone (most identifiers: ``ORD-63358``, ``_trim_end``) shows
+    whole exactly when it is one of the text's maximal runs of them, a set made once: a
+    search of the whole text per value made ranking a long summary's DATA quadratic."""
+    runs: set[str] | None = None
+
+    def test(value: str) -> bool:
+        nonlocal runs
+        if len(value) < 3:
+            return False
+        if not _JOINED.fullmatch(value):
+            return appears_in(value, text)
+        if runs is None:
+            runs = set(_JOINED.findall(text))
+        return value in runs
+    return test

@@ -95,7 +95,7 @@ from .._contract.policy import (
 )
 from .._head_tail import HeadTail, truncate_head_tail
 from .._identifiers.salience import salience
-from .._identifiers.values import appears_in, scanned_text
+from .._identifiers.values import appears_in_text, scanned_text
 from .._lossless.ledger import Ledger, run_with_ledger
 from .._lossless.references import handle_for, handle_text
 from .._messages.model import ContentPart, Message, TextPart
@@ -716,13 +716,14 @@ def _data_weight(messages: Sequence[Message], shown: str) -> Callable[[str], flo
     value ``shown`` (the text of the messages kept) holds anyway weighs least: it is in
     view without the line."""
     scores: dict[str, float] = {}
+    in_shown = appears_in_text(shown)
 
     def weight(line: str) -> float:
         if not scores:
             scores.update(salience(messages))
             scores.setdefault("", 0.0)
         value = line.strip().removeprefix("- ").strip()
-        if appears_in(value, shown):
+        if in_shown(value):
             return -100.0  # (below any salience)
         if value in scores:
             return scores[value]

@@ -25,7 +25,7 @@ from .._counting.bounds import head_over
 from .._counting.counters import TokenCounter
 from .._identifiers.names import plain_word
 from .._identifiers.salience import salience
-from .._identifiers.values import appears_in, head_and_tail, identifiers_of
+from .._identifiers.values import appears_in_text, head_and_tail, identifiers_of
 from .._messages.model import Message
 
 __all__ = ["Data", "Fitting", "Line", "Sections", "in_view", "lines", "one_a_line", "packed",
@@ -81,7 +81,7 @@ class Data:
         self._values: list[str] = []
         self._seen: set[str] = set()
         self._read = 0  # sources looked at
-        self._rank: dict[str, int] | None = None  # value -> its place by salience
+        self._order: list[int] | None = None  # the values' places, the most salient first
         self.shown = ""  # what the model reads beside the summary: values in it go last
 
     def _more(self) -> bool:
@@ -114,20 +114,19 @@ class Data:
         equals the later), in order of first appearance. A value an earlier summary listed
         scores as one an assistant wrote (that summary chose to keep it), unless its messages
         here say more; a value `shown` beside the summary ranks below every other."""
-        if self._rank is None:
+        if self._order is None:
             while self._more():
                 pass
             messages = [m for m in self.sources if not isinstance(m, str)]
             scores = salience(messages, only=self._seen) if messages else {}
             listed = {v for v in self.sources if isinstance(v, str)}
-            shown = self.shown
-            order = sorted(range(len(self._values)), key=lambda i: (
-                appears_in(self._values[i], shown),
+            shown = appears_in_text(self.shown)
+            self._order = sorted(range(len(self._values)), key=lambda i: (
+                shown(self._values[i]),
                 -max(scores.get(self._values[i], 0.0),
                      _LISTED if self._values[i] in listed else 0.0), -i))
-            self._rank = {self._values[i]: n for n, i in enumerate(order)}
-        rank = self._rank
-        return [v for v in self._values if rank[v] < k]
+        # The first k by rank, back in order of appearance: a fitting asks for many k.
+        return [self._values[i] for i in sorted(self._order[:k])]
 
 
 _LISTED = 2.0
