@@ -408,19 +408,26 @@ _JOINED = re.compile(r"[\w-]+")
 
 
 def appears_in_text(text: str) -> Callable[[str], bool]:
-    """`appears_in` of many values against one long ``text``, the same answers. A value
-    of joining characters alone (most identifiers: ``ORD-63358``, ``_trim_end``) shows
-    whole exactly when it is one of the text's maximal runs of them, a set made once: a
-    search of the whole text per value made ranking a long summary's DATA quadratic."""
+    """`appears_in` of many values against one long ``text``, the same answers, without a
+    search of the whole text per value (that made ranking a long summary's DATA quadratic).
+
+    Where a value shows whole, each run of joining characters in it is bounded by
+    characters that do not join (the value's own, or the text's around it), so it is one
+    of the text's maximal runs, a set made once. A value with a run the text lacks is not
+    shown; a value that is one run (most identifiers: ``ORD-63358``, ``_trim_end``) is
+    shown when the text has it; any other is searched for."""
     runs: set[str] | None = None
 
     def test(value: str) -> bool:
         nonlocal runs
         if len(value) < 3:
             return False
-        if not _JOINED.fullmatch(value):
-            return appears_in(value, text)
         if runs is None:
             runs = set(_JOINED.findall(text))
-        return value in runs
+        parts = _JOINED.findall(value)
+        if not all(part in runs for part in parts):
+            return False
+        if len(parts) == 1 and parts[0] == value:
+            return True
+        return appears_in(value, text)
     return test
