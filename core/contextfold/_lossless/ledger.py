@@ -423,6 +423,11 @@ class _Ranks:
         self._scored_only: AbstractSet[str] | None = None  # what ``_scores`` covers
 
     def score(self, value: str) -> float:
+        # A value `shown` scored already scores the same among all (`salience`'s ``only``):
+        # the lines' identifiers are ranked without a second pass over the history.
+        covered = self._scored_only
+        if self._scores is not None and covered is not None and value in covered:
+            return self._scores.get(value, 0.0)
         return self._scored(None).get(value, 0.0)
 
     def _scored(self, only: AbstractSet[str] | None) -> dict[str, float]:
@@ -473,7 +478,8 @@ def _fit(
     shown = ranks.shown(entries)
     fits = context.counter.count_message
     searchable = context.store is not None
-    # The entries are the same at every step of the search: their records are made once.
+    # The entries are the same at every step of the search: their records and their
+    # lines' grouping are made once.
     records = [e.as_dict() for e in entries]
     full = _message(entries, shown, 0, 0, records=records)
     if fits(full) <= room:
@@ -482,21 +488,26 @@ def _fit(
     # lines keep their handles, tool names and identifiers only; then the tool names go
     # (a line's identifiers say more per token than its calls' names) and the least
     # salient identifiers, as few as fit.
-    terse = _message(entries, shown, 0, 0, terse=True, records=records)
+    grouped = _grouped(entries, terse=True)
+    terse = _message(entries, shown, 0, 0, terse=True, records=records, grouped=grouped)
     if fits(terse) <= room:
         return _Fitted(terse)
+    nameless: list[tuple[str | None, dict[str, int], list[int]]] = [
+        (handle, {}, members) for handle, _, members in grouped]
     by_salience = sorted(((ranks.score(v), -k, n) for k, values in enumerate(shown)
                           for n, v in enumerate(values)))
     bare = _message(entries, [[] for _ in entries], 0, len(by_salience), searchable,
-                    terse=True, records=records)
+                    terse=True, records=records, grouped=grouped)
     if fits(bare) <= room:
         low, high = 1, len(by_salience)  # the fewest left out that fit
         best, best_out = bare, len(by_salience)
         order = _ranked(shown, by_salience)
+        bounds = [(min(ranks), max(ranks)) if ranks else (len(by_salience),) * 2
+                  for ranks in order]
         while low <= high:
             middle = (low + high) // 2
-            message = _message(entries, _without(shown, order, middle), 0, middle,
-                               searchable, terse=True, nameless=True, records=records)
+            message = _message(entries, _without(shown, order, bounds, middle), 0, middle,
+                               searchable, terse=True, records=records, grouped=nameless)
             if fits(message) <= room:
                 best, best_out, high = message, middle, middle - 1
             else:
@@ -515,11 +526,14 @@ def _ranked(shown: list[list[str]], by_salience: Sequence[tuple[float, int, int]
     return order
 
 
-def _without(shown: list[list[str]], order: list[list[int]], dropped: int
-             ) -> list[list[str]]:
-    """``shown`` less its ``dropped`` least salient identifiers (``order``: `_ranked`)."""
-    return [[v for v, rank in zip(values, ranks, strict=True) if rank >= dropped]
-            for values, ranks in zip(shown, order, strict=True)]
+def _without(shown: list[list[str]], order: list[list[int]],
+             bounds: Sequence[tuple[int, int]], dropped: int) -> list[list[str]]:
+    """``shown`` less its ``dropped`` least salient identifiers (``order``: `_ranked`;
+    ``bounds``: each entry's lowest and highest place in it). Only an entry that keeps
+    some of its identifiers and leaves out others is looked at one by one."""
+    return [values if low >= dropped else [] if high < dropped
+            else [v for v, rank in zip(values, ranks, strict=True) if rank >= dropped]
+            for values, ranks, (low, high) in zip(shown, order, bounds, strict=True)]
 
 
 def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
@@ -548,21 +562,38 @@ def _shed_entries(entries: list[_Entry], room: int, context: CompactionContext,
     return _Fitted(None, shed, identifiers)
 
 
-def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
-             left_out: int, searchable: bool = False, *, terse: bool = False,
-             nameless: bool = False, records: list[dict[str, Any]] | None = None) -> Message:
-    """The ledger message: one line per handle (what its original holds, in short, unless
-    ``terse``, and the identifiers shown for it), in the order of the conversation.
-    ``records``: the entries' `_Entry.as_dict`, when already made."""
-    groups: dict[str | int, tuple[str | None, dict[str, int], list[str]]] = {}
-    for k, (entry, values) in enumerate(zip(entries, shown, strict=True)):
-        _, whats, listed = groups.setdefault(entry.handle or k, (entry.handle, {}, []))
+def _grouped(entries: Sequence[_Entry], *, terse: bool = False
+             ) -> list[tuple[str | None, dict[str, int], list[int]]]:
+    """The ledger's lines before their identifiers: one per handle (an entry without one
+    has its own), with what its originals hold (`_named` when ``terse``) and the entries
+    whose identifiers it lists, in the order of the conversation."""
+    groups: dict[str | int, tuple[str | None, dict[str, int], list[int]]] = {}
+    for k, entry in enumerate(entries):
+        _, whats, members = groups.setdefault(entry.handle or k, (entry.handle, {}, []))
         what = entry.what()
         whats[what] = whats.get(what, 0) + 1
-        listed.extend(values)
-    lines = [LEDGER_HEADER, *(line for handle, whats, listed in groups.values()
-                              if (line := _line(handle, {} if nameless else _named(whats)
-                                                if terse else whats, listed)) != "-")]
+        members.append(k)
+    return [(handle, _named(whats) if terse else whats, members)
+            for handle, whats, members in groups.values()]
+
+
+def _message(entries: Sequence[_Entry], shown: Sequence[Sequence[str]], shed: int,
+             left_out: int, searchable: bool = False, *, terse: bool = False,
+             records: list[dict[str, Any]] | None = None,
+             grouped: list[tuple[str | None, dict[str, int], list[int]]] | None = None,
+             ) -> Message:
+    """The ledger message: one line per handle (what its original holds, in short, unless
+    ``terse``, and the identifiers shown for it), in the order of the conversation; a line
+    with nothing to say (no handle, no names, no identifiers) is left out.
+    ``records``: the entries' `_Entry.as_dict`; ``grouped``: their `_grouped` (with the
+    same ``terse``, or without what they hold), when already made."""
+    if len(shown) != len(entries):
+        raise ValueError("one list of shown identifiers per entry")
+    if grouped is None:
+        grouped = _grouped(entries, terse=terse)
+    lines = [LEDGER_HEADER, *(line for handle, whats, members in grouped
+                              if (line := _line(handle, whats,
+                                                [v for k in members for v in shown[k]])) != "-")]
     # With a store, the search tools (search_messages) find what is left out by its text.
     # (Few words: on a tight budget this line costs what listed identifiers need.)
     found = "; search_messages finds them" if searchable else ""
