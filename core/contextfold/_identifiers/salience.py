@@ -86,22 +86,24 @@ def salience(messages: Sequence[Message] | Iterable[Message],
     place: dict[str, float] = {}
     seen_in: dict[str, int] = {}
     total = 0
+    # (The loop runs once per identifier of a long history: its lookups are bound once.)
+    seen, placed, call = seen_in.get, place.get, _PLACE["call"]
     for m in messages:
         total += 1
         where = _PLACE.get(m.role, 1.0) if m.source != "ledger" else 0.0
         found = identifiers_and_names(m)
         fields = frozenset(record_fields(m)) if m.role == "tool" else frozenset()
         for value in found if only is None else [v for v in found if v in only]:
-            seen_in[value] = seen_in.get(value, 0) + 1
+            seen_in[value] = seen(value, 0) + 1
             here = where + _FIELD if value in fields else where
-            if place.get(value, -1.0) < here:
+            if placed(value, -1.0) < here:
                 place[value] = here
         if not m.tool_calls:
             continue  # nothing written into calls
         written = written_in_calls(m)
         for value in written if only is None else [v for v in written if v in only]:
             seen_in.setdefault(value, 1)
-            place[value] = _PLACE["call"]
+            place[value] = call
     everywhere = max(4, total // 3)
     scores = {}
     for value, best in place.items():
