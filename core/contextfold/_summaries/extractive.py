@@ -11,7 +11,8 @@ errors::
               span without tool calls (plain chat), the requests and their answers
     REMAINING: what the latest request asks that has no result yet (best effort; says so);
                never "none" while the conversation's latest request is unanswered
-    DATA: every identifier of the originals, verbatim
+    DATA: every identifier of the originals, verbatim: codes side by side, a space
+          apart; a word or a phrase on a line of its own
     DECISIONS: sentences with decision language
     ERRORS: failed tool steps
 
