@@ -392,6 +392,7 @@ def test_the_newest_group_is_cut_head_tail_before_failing(counter: cf.TokenCount
     result = outcome.messages[-1]
     assert result.id == newest[1].id and result.text.startswith("page head")
     assert result.text.endswith("page tail") and "TRUNCATED" in result.text
+    assert handle_for(newest[1]) in result.text  # the cut names what reads it back
 
 
 def test_budget_tier0_cannot_use_goes_to_the_tier_summaries(counter: cf.TokenCounter) -> None:

@@ -162,7 +162,7 @@ def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -
         return False
     spots = list(range(len(out) - len(newest), len(out)))
     plan.cut_newest = True
-    return squeeze(out, spots, newest, fits_budget(context), HeadTail())
+    return squeeze(out, spots, newest, fits_budget(context), HeadTail(), context)
 
 def cut_targets(
     before: Sequence[Message], after: Sequence[Message], context: CompactionContext
