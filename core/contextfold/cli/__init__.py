@@ -280,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         transcript_source,
     )
 
-    p = Parser(prog="contextfold", description=__doc__,
+    p = Parser(prog="contextfold", description=(__doc__ or "").replace("``", ""),
                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="offline agent run with a per-step table and an HTML report")
