@@ -393,6 +393,9 @@ def test_the_newest_group_is_cut_head_tail_before_failing(counter: cf.TokenCount
     assert result.id == newest[1].id and result.text.startswith("page head")
     assert result.text.endswith("page tail") and "TRUNCATED" in result.text
     assert handle_for(newest[1]) in result.text  # the cut names what reads it back
+    # and reports it, so the driver keeps the original that handle reads
+    assert any(t.method == "truncated" and t.index == len(history) - 1
+               and t.handle == handle_for(newest[1]) for t in outcome.targets)
 
 
 def test_budget_tier0_cannot_use_goes_to_the_tier_summaries(counter: cf.TokenCounter) -> None:

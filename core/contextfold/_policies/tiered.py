@@ -610,15 +610,20 @@ class TieredPolicy:
             elif tier not in placed:
                 placed.add(tier)
                 out.append(summaries[tier])
-        if context.measure(out) > context.budget.input_budget and not cut_newest(
-                out, plan, context):
-            raise self._too_big(plan, messages, context)
+        cut_groups = dict(plan.cut_groups)
+        if context.measure(out) > context.budget.input_budget:
+            if not cut_newest(out, plan, context):
+                raise self._too_big(plan, messages, context)
+            # The newest group's cut copies are reported like every other cut: the driver
+            # keeps the originals their labels name.
+            newest = len(plan.groups) - 1
+            cut_groups[newest] = tuple(out[len(out) - len(plan.groups[newest].messages):])
         cut = tuple(
             Target(index=i, role=old.role, method="truncated",
                    original_tokens=context.counter.count_message(old),
                    new_tokens=context.counter.count_message(new),
                    tool_name=old.name if old.role == "tool" else None, handle=handle_for(old))
-            for g, group in sorted(plan.cut_groups.items())
+            for g, group in sorted(cut_groups.items())
             for i, old, new in zip(range(plan.groups[g].start, plan.groups[g].end),
                                    plan.groups[g].messages, group, strict=True)
             if new is not old)
