@@ -1,5 +1,6 @@
 """The floor under every policy (a valid answer whenever the system prompt and the latest
-user request fit) and the rule that a compaction never grows the context."""
+user request fit, the request cut head+tail with its handle when it does not fit whole) and
+the rule that a compaction never grows the context."""
 
 from __future__ import annotations
 
@@ -81,16 +82,34 @@ def test_the_floor_reports_what_it_left_out_with_handles() -> None:
 
 
 @pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)
-def test_without_room_for_the_pair_the_floor_stays_out(policy: cf.Policy) -> None:
+def test_without_room_for_the_pair_the_request_is_cut_with_its_handle(
+    policy: cf.Policy,
+) -> None:
+    # A task statement longer than the window beside the system prompt: every policy
+    # answers, the request cut head+tail with the handle that reads it back whole.
     history = _agent_history(3)
     pair = COUNTER.count_messages([history[0], history[-1]])
     budget = cf.Budget(context_window=pair - 20)
-    try:
-        result = cf.compact(history, policy=policy, budget=budget, counter=COUNTER)
-    except cf.errors.BudgetExceededError:
-        return  # a policy that keeps requests whole refuses
-    assert result.report.method != "floor"  # one that cuts them (with a handle) may answer
+    store = cf.MemoryStore()
+    compactor = cf.Compactor(policy, budget, COUNTER, store=store, conversation_id="cut")
+    result = compactor.compact(history)
     assert_valid_within(result.messages, budget, COUNTER)
+    request = result.messages[-1]
+    assert request.role == "user" and request.text != history[-1].text
+    cut = next(t for t in result.report.targets
+               if t.index == len(history) - 1 and t.method == "truncated")
+    assert cut.handle in request.text
+    assert read_original(store, "cut", cut.handle, limit=20_000)["content"] == history[-1].text
+
+
+@pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)
+def test_without_room_for_the_requests_labelled_cut_the_error_reaches_the_caller(
+    policy: cf.Policy,
+) -> None:
+    history = _agent_history(3)
+    budget = cf.Budget(context_window=COUNTER.count_messages(history[:1]) + 12)
+    with pytest.raises(cf.errors.BudgetExceededError):
+        cf.compact(history, policy=policy, budget=budget, counter=COUNTER)
 
 
 class Padding(SimplePolicy):

@@ -4,6 +4,7 @@ Both adapters drive the same core call loop, so each case must come out the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,9 +114,24 @@ def test_a_second_overflow_is_a_typed_error_wrapping_the_providers(openai_server
     server = openai_server(window=400)
     adapter = make(server, cf.TruncationPolicy(), cf.Budget(context_window=16_384))
     with pytest.raises(ContextOverflowError) as caught:
-        adapter.call([("user", "word " * 2_000)])  # one message: nothing to shrink
+        # the system prompt alone is over the window: nothing a compaction may shrink
+        adapter.call([("system", "word " * 2_000), ("user", "hi")])
     assert isinstance(caught.value.provider_error, openai.BadRequestError)
     assert len(server.requests) == 1
+
+
+@ADAPTERS
+def test_a_request_over_the_window_goes_out_cut_with_its_handle(openai_server: Any,
+                                                               make: Any) -> None:
+    server = openai_server(window=400)
+    adapter = make(server, cf.TruncationPolicy(), cf.Budget(context_window=16_384))
+    request = "start " + "word " * 2_000 + "end"
+    assert adapter.call([("user", request)]).startswith("echo")
+    first, second = server.requests
+    assert not first.accepted and second.accepted
+    [sent] = [m["content"] for m in second.body["messages"] if m["role"] == "user"]
+    assert sent.startswith("start") and sent.rstrip().endswith("end")
+    assert "[TRUNCATED" in sent and re.search(r"ctx_[0-9a-f]{12}", sent)
 
 
 @ADAPTERS

@@ -2,7 +2,9 @@
 system prompt and the latest user request still make a valid request, so the engine sends
 that (with a short notice when it fits) instead of refusing the call.
 
-Only when even that pair does not fit does the policy's ``BudgetExceededError`` reach the
+A request too long to fit beside the system prompt (a task statement longer than the
+window the policy was given) is cut head+tail, its label naming the handle of its full
+text. Only when not even that cut fits does the policy's ``BudgetExceededError`` reach the
 caller. What the floor leaves out gets a handle like anything a policy removes, named in
 the notice when it fits.
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._contract.policy import CompactionContext, PolicyOutcome, Target
+from .._head_tail import HeadTail
 from .._lossless.references import handle_for, replaced_line
 from .._messages.model import Message
 from .._messages.prompt_kinds import find_prompt
 from .._messages.structure import leading_system_count
+from .._policies.fitting import fits_budget, squeeze
 from ..errors import BudgetExceededError
 
 __all__ = ["FLOOR_NOTICE", "floor_outcome", "latest_request"]
@@ -31,21 +35,20 @@ def floor_outcome(
     view: Sequence[Message], context: CompactionContext, error: BudgetExceededError,
     policy: str,
 ) -> PolicyOutcome:
-    """The system messages and the latest user request, with a notice when it fits.
+    """The system messages and the latest user request, with a notice when it fits; the
+    request cut head+tail (with its handle) when the pair does not fit whole.
 
     Raises:
-        BudgetExceededError: ``error`` itself, when there is no user request or the pair
-            does not fit either.
+        BudgetExceededError: ``error`` itself, when there is no user request or not even
+            the system messages and the request's labelled cut fit.
     """
     n_sys = leading_system_count(view)
     latest = latest_request(view)
     if latest is None:
         raise error
     system = list(view[:n_sys])
-    out = [*system, view[latest]]
-    if context.measure(out) > context.budget.input_budget:
-        raise error
-    dropped = len(view) - len(out)
+    request = view[latest]
+    dropped = len(view) - n_sys - 1
     left_out = [i for i in range(n_sys, len(view)) if i != latest]
     span = handle_for(view[i] for i in left_out) if left_out else None
     plain = FLOOR_NOTICE.format(dropped=dropped)
@@ -53,21 +56,35 @@ def floor_outcome(
     # it comes before the explanation without it, as the policies' bare notices do.
     texts = ([plain + "\n" + replaced_line(dropped, span),
               f'[{dropped} earlier messages left out; read_original("{span}")]', plain]
-             if span else [plain])
+             if span else [])  # nothing left out, nothing to say
+    notices = [Message(role="user", content=text, source="summary", created_at=context.now,
+                       metadata={"compaction": "notice"}) for text in texts]
+    budget = context.budget.input_budget
+    out: list[Message] | None = None
     noticed_out = False
-    for text in texts:
-        notice = Message(role="user", content=text, source="summary", created_at=context.now,
-                         metadata={"compaction": "notice"})
-        noticed = [*system, notice, view[latest]]
-        if context.measure(noticed) <= context.budget.input_budget:
-            out, noticed_out = noticed, True
+    # The request whole comes first, then a notice: the request is cut only when even the
+    # bare pair does not fit.
+    for cut in (False, True):
+        for notice in [*notices, None]:
+            candidate = [*system, *([notice] if notice is not None else []), request]
+            if (_cut_last(candidate, context) if cut
+                    else context.measure(candidate) <= budget):
+                out, noticed_out = candidate, notice is not None
+                break
+        if out is not None:
             break
+    else:
+        raise error
     count = context.counter.count_message
     gone = tuple(
         Target(i, view[i].role, "dropped", count(view[i]), 0,
                view[i].name if view[i].role == "tool" else None, handle=span)
         for i in left_out
     )
+    if out[-1] is not request:
+        gone = tuple(sorted((*gone, Target(
+            latest, request.role, "truncated", count(request), count(out[-1]),
+            handle=handle_for(request))), key=lambda t: t.index))
     return PolicyOutcome(
         messages=out, method="floor", targets=gone,
         notes=(f"policy {policy!r} could not fit the budget ({error}); sent the system prompt "
@@ -75,8 +92,17 @@ def floor_outcome(
                *(() if noticed_out or not dropped else
                  (f"no room for the removal notices beside the latest request; the handle "
                   f"of what was left out is {span}",))),
-        details={"dropped_messages": dropped},
+        details={"dropped_messages": dropped, "request_cut": out[-1] is not request},
     )
+
+
+def _cut_last(candidate: list[Message], context: CompactionContext) -> bool:
+    """Cut the last message of ``candidate`` (the request) head+tail in place to the most
+    that fits the budget, its label naming its handle; False when not even that fits."""
+    fits = fits_budget(context)
+    last = len(candidate) - 1
+    return squeeze(candidate, [last], [candidate[last]], fits, HeadTail(), context,
+                   handles=True)
 
 
 def latest_request(view: Sequence[Message]) -> int | None:
