@@ -66,10 +66,13 @@ def truncation_label(original: int, head: int, tail: int, handle: str | None = N
     omitted = original - head - tail
     kept = f" and {lines} line{'s' if lines > 1 else ''} of the middle naming identifiers" \
         if lines else ""
-    label = (
-        f"[TRUNCATED — {original:,} chars original, {omitted:,} chars omitted, "
-        f"showing first {head:,} + last {tail:,} chars{kept}]"
-    )
+    if head or tail or lines:
+        label = (
+            f"[TRUNCATED — {original:,} chars original, {omitted:,} chars omitted, "
+            f"showing first {head:,} + last {tail:,} chars{kept}]"
+        )
+    else:  # nothing shown: the short form leaves the room to the handle
+        label = f"[TRUNCATED — {original:,} chars original, all omitted]"
     if handle:
         label = label[:-1] + f"; full text: {handle}]"
     return label

@@ -85,3 +85,14 @@ def test_identifiers_whose_line_does_not_fit_are_named_alone() -> None:
     assert any(value in named[0] for value in ids)
     assert all(value not in plain for value in ids)
     assert HANDLE in cut
+
+
+
+def test_a_cut_that_shows_nothing_has_the_short_label_and_keeps_the_handle() -> None:
+    # The room a label takes is the room a handle needs on the tightest budgets.
+    text = log({}, lines=20)
+    cut = truncate_head_tail(text, handle=HANDLE, max_chars=0)
+    label = f"[TRUNCATED — {len(text):,} chars original, all omitted; full text: {HANDLE}]"
+    assert cut == f"\n{label}\n"
+    shown = truncate_head_tail(text, handle=HANDLE, max_chars=2)
+    assert "showing first 1 + last 1 chars" in shown and len(shown) > len(cut) + 20
