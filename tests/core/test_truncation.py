@@ -433,6 +433,27 @@ def test_each_run_of_dropped_messages_leaves_a_notice_with_its_handle(
     assert_valid_within(out.messages, budget, counter)
 
 
+def test_a_notice_takes_the_room_of_one_more_group_when_the_kept_ones_fill_it(
+    counter: cf.TokenCounter,
+) -> None:
+    # The newest groups fill the room to the token: rather than send them without the
+    # notice (the removal then unmarked, its handle nowhere in view), one more group goes
+    # and the notice names both runs' handles.
+    h = booking_history()
+    fill = exact_budget(counter, [h[0], *h[5:]]).context_window
+    # From a little room over the kept groups (no longer enough for the bare notices of
+    # the smallest output, the turn's prompt and the final answer) to room for them all.
+    for extra in range(8, 40):
+        budget = cf.Budget(context_window=fill + extra)
+        out = run(cf.TruncationPolicy(), h, budget, counter)
+        notices = [m for m in out.messages if m.source == "summary"]
+        assert notices and out.details["notices"] == len(notices), extra
+        handles = {t.handle for t in out.targets if t.method == "dropped"}
+        assert handles and all(any(x in n.text for n in notices) for x in handles)
+        assert h[-1] in out.messages  # the newest group stays
+        assert_valid_within(out.messages, budget, counter)
+
+
 def test_without_notices_the_output_is_the_kept_messages_only(counter: cf.TokenCounter) -> None:
     h = booking_history()
     budget = exact_budget(counter, [h[0], *h[5:]])

@@ -208,15 +208,22 @@ class TruncationPolicy(SimplePolicy):
             out, origins = _assemble(messages, layout, plan)
             marks = _marked(messages, out, origins, context, limit) if notices else None
             if marks is not None:
-                out = marks.messages
+                out, origins = marks.messages, marks.origins
             total = counter.count_messages(out)
             if total <= limit:
                 break
-            # The counter is not additive: the kept messages cost more together than their
-            # counts. Plan again with the room scaled by the ratio just measured.
+            # Over the limit: the notices did not fit in the room the kept groups left, or
+            # the counter is not additive (the kept messages cost more together than their
+            # counts), which also scales the room by the ratio just measured. The groups get
+            # less than they took, so the plan drops (or cuts) one more, whose run the
+            # notices then name, rather than choosing the same groups again.
+            held = sum(counter.count_message(m)
+                       for m, o in zip(out[layout.n_sys:], origins[layout.n_sys:], strict=True)
+                       if o is not None)
             planned = sum(counter.count_message(m) for m in out[layout.n_sys:])
             used = max(total - base, 1)
-            allowance = min(allowance - (total - limit), (limit - base) * planned // used - 1)
+            allowance = min(allowance - (total - limit), held - 1,
+                            (limit - base) * planned // used - 1)
         else:
             raise BudgetExceededError(
                 f"the truncated history ({len(out)} messages) under counter {counter.name!r}",
