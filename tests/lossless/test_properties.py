@@ -8,6 +8,7 @@ compaction leaves in the context reads back the original it stands for.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from hypothesis import event, given, settings
@@ -134,10 +135,18 @@ def test_deduplication_never_changes_the_latest_result(history: list[cf.Message]
     event(f"superseded {len(outcome.targets)}")
 
 
+LABELLED = (cf.TruncationPolicy, cf.TurnAwarePolicy, cf.LoopSlicePolicy, cf.SummaryPolicy)
+"""The policies that take no cut the model could not read back (a tool result cut to a
+label without its handle): where the handle does not fit, the message goes, and the
+removal's notice or the engine's floor names it."""
+
+
 @CENTRAL
-@given(history=histories(max_turns=8), share=st.floats(0.6, 1.6),
+@given(history=histories(max_turns=8),
+       share=st.one_of(st.floats(0.6, 1.6), st.floats(0.05, 0.6)),
        policy=st.sampled_from([cf.ThresholdPolicy(), cf.TieredPolicy(),
-                               cf.TruncationPolicy(),
+                               cf.TruncationPolicy(), cf.TruncationPolicy("middle_out"),
+                               cf.SummaryPolicy(), cf.TurnAwarePolicy(), cf.LoopSlicePolicy(),
                                cf.Pipeline(cf.ClearToolResultsPass(keep_last=2),
                                            cf.ThresholdPolicy())]))
 def test_every_handle_in_a_compacted_context_reads_back_with_a_store(
@@ -171,3 +180,7 @@ def test_every_handle_in_a_compacted_context_reads_back_with_a_store(
         assert text is not None
         for m in originals:
             assert m.text in text
+    if isinstance(policy, LABELLED):  # a cut summary names what it replaced in its header
+        for m in (m for m in result.messages if m.source != "summary"):
+            for label in re.findall(r"\[TRUNCATED — [^\]]*\]", m.text):
+                assert HANDLE_RE.search(label), (policy.name, label)

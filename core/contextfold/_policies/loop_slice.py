@@ -78,7 +78,7 @@ def fit_loop(
     work = list(out)
     if shrink_largest_first(work, positions, fits, shape, context):
         return work, ["cut the latest loop's largest tool results head+tail"]
-    if fits(work) or squeeze(work, positions, originals, fits, shape, context):
+    if fits(work) or squeeze(work, positions, originals, fits, shape, context, handles=True):
         return work, ["cut every tool result of the latest loop head+tail to fit"]
     return head, ["the latest tool loop does not fit even cut to its labels; left it out"]
 

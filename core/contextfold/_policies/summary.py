@@ -390,7 +390,7 @@ def _squeeze_or_raise(
 ) -> None:
     """Cut the tool results at ``positions`` to the largest size that fits, or raise."""
     fits = fits_budget(context)
-    if fits(out) or squeeze(out, positions, originals, fits, shape, context):
+    if fits(out) or squeeze(out, positions, originals, fits, shape, context, handles=True):
         return
     raise BudgetExceededError(what, needed=context.measure(out),
                               available=context.budget.input_budget)
