@@ -364,16 +364,38 @@ def test_with_room_for_nothing_else_the_latest_request_comes_with_a_notice(
 ) -> None:
     history = session_chat()
     pair = [history[0], history[8]]
-    window = counter.count_messages(pair) + counter.count_text(SHORT_NOTICE) + 30
+    dropped_mark = cf.Message(role="user", content="[dropped: ctx_0123456789ab]",
+                              source="summary")
+    window = counter.count_messages([*pair, dropped_mark]) + 1
     outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
     out = outcome.messages
     assert outcome.details["degradation"] == "request_only"
     assert [m.source for m in out] == [None, "summary", None]
     assert out[0] is history[0] and out[2] is history[8]
-    assert out[1].text.startswith(SHORT_NOTICE)
+    dropped = [t for t in outcome.targets if t.method == "dropped"]
+    assert [t.index for t in dropped] == [1, 2, 3, 4, 5, 6, 7, 9]
+    # the one line left names the handle that reads every dropped message back
+    assert out[1].text == f"[dropped: {dropped[0].handle}]"
+    assert {t.handle for t in dropped} == {dropped[0].handle}
     assert counter.count_messages(out) <= window
-    dropped = [t.index for t in outcome.targets if t.method == "dropped"]
-    assert dropped == [1, 2, 3, 4, 5, 6, 7, 9]
+
+
+def test_the_dropped_handle_goes_before_the_nudge(counter: cf.TokenCounter) -> None:
+    # Where the short notice with the handle does not fit, the handle alone does (it is
+    # what makes the dropped messages recoverable), and the messages it leaves room for stay.
+    history = session_chat()
+    pair = [history[0], history[8]]
+    window = counter.count_messages(pair) + counter.count_text(SHORT_NOTICE) + 30
+    outcome, _ = drive(cf.ThresholdPolicy(), history, context_for(counter, window))
+    out = outcome.messages
+    assert counter.count_messages(out) <= window and cf.validate(out) == []
+    notice = next(m for m in out if m.source == "summary")
+    dropped = [t for t in outcome.targets if t.method == "dropped"]
+    assert dropped and notice.text == f"[dropped: {dropped[0].handle}]"
+    assert history[8] in out and len(out) > 3  # more than the request kept
+    with_nudge = cf.Message(role="user", content=f"{SHORT_NOTICE}\n\n{notice.text}",
+                            source="summary")
+    assert counter.count_messages([*out[:1], with_nudge, *out[2:]]) > window
 
 
 def test_the_summary_task_of_a_chat_is_its_latest_request(counter: cf.TokenCounter) -> None:
@@ -510,7 +532,9 @@ def test_recency_is_relaxed_before_errors_are_touched(counter: cf.TokenCounter) 
     assert history[-1] in outcome.messages  # the newest group is never dropped
 
 
-def test_the_short_notice_is_the_last_resort(counter: cf.TokenCounter) -> None:
+def test_the_short_notice_comes_with_the_handle_of_what_was_dropped(
+    counter: cf.TokenCounter,
+) -> None:
     history = [cf.Message(role="system", content=words(2_000, "sys")),
                cf.Message(role="user", content="Rebook my flight.")]
     for k in range(6):
@@ -518,7 +542,8 @@ def test_the_short_notice_is_the_last_resort(counter: cf.TokenCounter) -> None:
                     cf.Message(role="user", content=words(800, f"u{k}"))]
     history.append(cf.Message(role="user", content="Go on."))
     floor = [history[0], history[1], history[-1]]
-    short = cf.Message(role="user", content=SHORT_NOTICE, source="summary")
+    short = cf.Message(role="user", content=SHORT_NOTICE + "\n\n[dropped: ctx_0123456789ab]",
+                       source="summary")
     seed = cf.Message(role="user", content=COMPACTION_NOTICE, source="summary")
     window = counter.count_messages([*floor, short]) + 5
     # the threshold design's notice cannot fit
@@ -527,7 +552,8 @@ def test_the_short_notice_is_the_last_resort(counter: cf.TokenCounter) -> None:
     assert counter.count_messages(outcome.messages) <= window
     assert cf.validate(outcome.messages) == []
     notice = next(m for m in outcome.messages if m.source == "summary")
-    assert notice.text.startswith(SHORT_NOTICE)
+    dropped = [t for t in outcome.targets if t.method == "dropped"]
+    assert notice.text == f"{SHORT_NOTICE}\n\n[dropped: {dropped[0].handle}]"
     assert history[-1] in outcome.messages and history[1] in outcome.messages
 
 

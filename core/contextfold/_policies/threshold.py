@@ -527,11 +527,15 @@ class ThresholdPolicy:
 
     def _notices(self, plan: Plan, context: CompactionContext) -> list[Message]:
         """The threshold design's notice naming the dropped messages' handle, then with the handle
-        alone, then bare; then the short notice the same way, the last resort."""
+        alone, then bare; then the short notice with the handle, the handle alone, and the
+        bare short notice, the last resort. The handle goes before the nudge: it is what
+        makes the dropped messages recoverable."""
         notes = fallback_notes(plan.note)
-        return [*(self._summary_message(None, context, n) for n in notes),
-                *(summary_message(None, context, nudge=self.nudge, notice=self.short_notice,
-                                  note=n) for n in notes[1:] or notes)]
+        short = [summary_message(None, context, nudge=self.nudge, notice=self.short_notice,
+                                 note=n) for n in notes[1:] or notes]
+        if len(notes) > 2:  # ("[n dropped ...]", "[dropped: ctx_...]", "")
+            short.insert(-1, summary_message(None, context, nudge=self.nudge, notice=notes[1]))
+        return [*(self._summary_message(None, context, n) for n in notes), *short]
 
     def _truncate(
         self, m: Message, context: CompactionContext, *, keep_reasoning: bool = False
