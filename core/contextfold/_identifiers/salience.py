@@ -33,7 +33,7 @@ from .values import (
     extract_identifiers,
     field_values,
     identifiers_of,
-    record_fields,
+    record_field_set,
 )
 
 __all__ = ["identifiers_and_names", "salience", "written_in", "written_in_calls",
@@ -92,7 +92,7 @@ def salience(messages: Sequence[Message] | Iterable[Message],
         total += 1
         where = _PLACE.get(m.role, 1.0) if m.source != "ledger" else 0.0
         found = identifiers_and_names(m)
-        fields = frozenset(record_fields(m)) if m.role == "tool" else frozenset()
+        fields = record_field_set(m) if m.role == "tool" else frozenset()
         for value in found if only is None else [v for v in found if v in only]:
             seen_in[value] = seen(value, 0) + 1
             here = where + _FIELD if value in fields else where

@@ -293,6 +293,12 @@ def record_fields(message: Message) -> tuple[str, ...]:
     return message.derived("field_values", lambda m: tuple(field_values(m.text)))
 
 
+def record_field_set(message: Message) -> frozenset[str]:
+    """`record_fields` as a set, for the salience pass's lookups (made once per message,
+    not at every pass)."""
+    return message.derived("field_value_set", lambda m: frozenset(record_fields(m)))
+
+
 def _identifiers_of(message: Message) -> tuple[str, ...]:
     found = dict.fromkeys(extract_identifiers(scanned_text(message)))
     found.update(dict.fromkeys(record_fields(message)))

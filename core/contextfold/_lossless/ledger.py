@@ -625,9 +625,9 @@ def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> s
 def _joined(values: Sequence[str]) -> str:
     """``values`` as one list: words apart by a space (a separator of its own costs a
     token per value), then each phrase after a semicolon."""
-    words = " ".join(v for v in values if not any(c.isspace() for c in v))
-    return "; ".join([words, *(v for v in values if any(c.isspace() for c in v))]
-                     if words else [v for v in values if any(c.isspace() for c in v)])
+    phrases = [v for v in values if any(c.isspace() for c in v)]
+    words = " ".join(v for v in values if v not in phrases)
+    return "; ".join([words, *phrases] if words else phrases)
 
 
 def _insert(out: list[Message], ledger: Message, after: Sequence[int] | None = None
