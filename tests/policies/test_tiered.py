@@ -398,6 +398,22 @@ def test_the_newest_group_is_cut_head_tail_before_failing(counter: cf.TokenCount
                and t.handle == handle_for(newest[1]) for t in outcome.targets)
 
 
+def test_a_request_is_never_cut_to_a_label_without_its_handle(counter: cf.TokenCounter) -> None:
+    # Rooms from the request whole up to it beside the tier header: where the header and a
+    # cut request fit, the cut names its handle; else the engine's floor sends the request.
+    system = cf.Message(role="system", content="You book flights. " * 40)
+    request = cf.Message(role="user", content="Cancel reservation 3RK2T9, I am sick. " * 3)
+    history = [system, *chatter(6), request]
+    pair = counter.count_messages([system, request])
+    for extra in range(0, 60, 2):
+        budget = cf.Budget(context_window=pair + extra)
+        result = cf.compact(history, policy=cf.TieredPolicy(), budget=budget, counter=counter,
+                            summarizer=ScriptedSummarizer(default="DATA: none"), now=NOW)
+        last = result.messages[-1]
+        assert last is request or handle_for(request) in last.text, extra
+        assert_valid_within(result.messages, budget, counter)
+
+
 def test_budget_tier0_cannot_use_goes_to_the_tier_summaries(counter: cf.TokenCounter) -> None:
     # Tier 0 takes the newest messages while they fit; the next one is too big for what is
     # left, and that rest goes to the tier-1 summary, up to the share tier 1 preserves.

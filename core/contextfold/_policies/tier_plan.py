@@ -156,13 +156,16 @@ def tier_details(
 
 def cut_newest(out: list[Message], plan: TierPlan, context: CompactionContext) -> bool:
     """Cut the newest group's messages (at the end of ``out``) head+tail, in place, to
-    the largest common size that fits; False when not even their labels fit."""
+    the largest common size that fits; False when not even their labels fit. A request
+    (a user message) is cut only with its handle: the engine's floor sends it whole, or
+    cut with its handle, rather than as a label the model could not read back."""
     newest = plan.groups[-1].messages if plan.groups else ()
     if not newest or out[-len(newest):] != list(newest):
         return False
     spots = list(range(len(out) - len(newest), len(out)))
     plan.cut_newest = True
-    return squeeze(out, spots, newest, fits_budget(context), HeadTail(), context)
+    return squeeze(out, spots, newest, fits_budget(context), HeadTail(), context,
+                   handles=any(m.role == "user" for m in newest))
 
 def cut_targets(
     before: Sequence[Message], after: Sequence[Message], context: CompactionContext
