@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
@@ -622,11 +623,17 @@ def _line(handle: str | None, whats: dict[str, int], listed: Sequence[str]) -> s
                            else f" -> {values}" if listed else "")).rstrip()
 
 
+_SPACE = re.compile(r"\s")
+
+
 def _joined(values: Sequence[str]) -> str:
     """``values`` as one list: words apart by a space (a separator of its own costs a
     token per value), then each phrase after a semicolon."""
-    phrases = [v for v in values if any(c.isspace() for c in v)]
-    words = " ".join(v for v in values if v not in phrases)
+    phrases = [v for v in values if _SPACE.search(v)]
+    if not phrases:
+        return " ".join(values)
+    spaced = set(phrases)
+    words = " ".join(v for v in values if v not in spaced)
     return "; ".join([words, *phrases] if words else phrases)
 
 
