@@ -102,6 +102,30 @@ def test_without_room_for_the_pair_the_request_is_cut_with_its_handle(
     assert read_original(store, "cut", cut.handle, limit=20_000)["content"] == history[-1].text
 
 
+def test_the_floor_keeps_as_much_of_a_long_request_as_fits() -> None:
+    history = [cf.Message("system", "You are an agent."),
+               cf.Message("user", "START " + "task detail " * 8_000 + " END")]
+    budget = cf.Budget(context_window=COUNTER.count_messages(history) * 9 // 10)
+    result = cf.compact(history, policy=cf.TruncationPolicy(), budget=budget, counter=COUNTER)
+    request = result.messages[-1]
+    assert request.text.startswith("START") and request.text.rstrip().endswith("END")
+    assert "[TRUNCATED" in request.text
+    assert COUNTER.count_messages(result.messages) >= 0.95 * budget.input_budget
+    assert_valid_within(result.messages, budget, COUNTER)
+
+
+def test_a_request_whose_images_do_not_fit_is_not_sent_without_its_handle() -> None:
+    shot = cf.ImagePart(url="data:image/png;base64,AAAA", width=2048, height=2048)
+    request = cf.Message("user", (cf.TextPart("What is in these screenshots?"), *[shot] * 6))
+    history = [cf.Message("system", "You are an agent."), request]
+    whole = COUNTER.count_messages(history)
+    budget = cf.Budget(context_window=whole // 3)
+    # The text is shorter than a label: a cut could only drop the images, with a note that
+    # names no handle; the call is refused instead of the images going unmarked.
+    with pytest.raises(cf.errors.BudgetExceededError):
+        cf.compact(history, policy=cf.TruncationPolicy(), budget=budget, counter=COUNTER)
+
+
 @pytest.mark.parametrize("policy", policies(), ids=lambda p: p.name)
 def test_without_room_for_the_requests_labelled_cut_the_error_reaches_the_caller(
     policy: cf.Policy,

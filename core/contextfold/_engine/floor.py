@@ -63,9 +63,10 @@ def floor_outcome(
     out: list[Message] | None = None
     noticed_out = False
     # The request whole comes first, then a notice: the request is cut only when even the
-    # bare pair does not fit.
-    for cut in (False, True):
-        for notice in [*notices, None]:
+    # bare pair does not fit, and then only the one-line notice naming the handle may take
+    # some of its room (an explanation without the handle may not).
+    for cut, tried in ((False, [*notices, None]), (True, [*notices[1:2], None])):
+        for notice in tried:
             candidate = [*system, *([notice] if notice is not None else []), request]
             if (_cut_last(candidate, context) if cut
                     else context.measure(candidate) <= budget):
@@ -96,13 +97,26 @@ def floor_outcome(
     )
 
 
+_REQUEST_SHAPE = HeadTail(head_ratio=0.6, head_cap=10**9, tail_ratio=0.39, tail_cap=10**9)
+"""How the floor cuts a request: as much of it as fits, the head (where a task statement
+says what to do) more than the tail; not the tool results' shape, whose caps would keep a
+few thousand characters of a request the room holds nearly whole."""
+
+
 def _cut_last(candidate: list[Message], context: CompactionContext) -> bool:
     """Cut the last message of ``candidate`` (the request) head+tail in place to the most
-    that fits the budget, its label naming its handle; False when not even that fits."""
+    that fits the budget, its label naming its handle; False, ``candidate`` unchanged,
+    when not even that fits or the cut would not name the handle (a short text whose
+    images are what does not fit: their note names no handle)."""
     fits = fits_budget(context)
     last = len(candidate) - 1
-    return squeeze(candidate, [last], [candidate[last]], fits, HeadTail(), context,
-                   handles=True)
+    request = candidate[last]
+    if not squeeze(candidate, [last], [request], fits, _REQUEST_SHAPE, context, handles=True):
+        return False
+    if handle_for(request) not in candidate[last].text:
+        candidate[last] = request
+        return False
+    return True
 
 
 def latest_request(view: Sequence[Message]) -> int | None:
