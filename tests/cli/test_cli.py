@@ -272,10 +272,12 @@ def test_recoverable_counts_what_the_handles_in_view_lead_back_to(
 ) -> None:
     [t] = load_transcripts(transcript_file)
     rows = evaluate([t], [our_contender("threshold", cf.ThresholdPolicy),
-                          Contender("short", _whole_but_old)], fractions=(0.1,),
+                          Contender("short", _whole_but_old)], fractions=(0.05,),
                     counter=counter)
     by = {r.contender: r for r in rows}
     threshold, short = by["threshold"], by["short"]
-    assert threshold.kept < threshold.probes  # a tenth of the tokens: probes left the view
+    # a twentieth of the tokens: probes left the view (at a tenth nearly all of them stay,
+    # and a summary's timestamp can decide the last one)
+    assert threshold.kept < threshold.probes
     assert threshold.recoverable == threshold.probes  # each one is behind a handle in view
     assert short.recoverable == short.kept < short.probes  # a peer keeps no originals

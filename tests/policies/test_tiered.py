@@ -447,7 +447,11 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
         sent, _ = cf.repair(history)  # what the policy saw
         lead = [m for m in sent if m.role == "system"]
         groups = split_groups(sent, leading_system_count(sent))
-        newest = [shrink_message(m, HeadTail(), max_chars=0) for m in groups[-1].messages]
+        # a request is cut only with its handle (the bare one, when the labels are tight)
+        handles = any(m.role == "user" for m in groups[-1].messages)
+        newest = [shrink_message(m, HeadTail(), max_chars=0,
+                                 handle=handle_for(m) if handles else None)
+                  for m in groups[-1].messages]
         older = [m for g in groups[:-1] for m in g.messages]
         context = CompactionContext(budget=budget, counter=counter)
         header = [cf.Message(role="user", source="summary", content=(
