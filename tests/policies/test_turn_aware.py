@@ -152,24 +152,6 @@ def test_an_older_result_whose_cut_takes_more_tokens_stays_whole(counter):
     assert out == [system, *current]
 
 
-def test_the_notice_of_dropped_history_takes_room_from_the_latest_loop(counter):
-    # The current turn fills the room but for less than a notice: its latest tool result
-    # is cut (its label naming its handle) so the dropped history's notice fits, rather than
-    # the history going without a mark in view.
-    system = M("system", "You are an agent.")
-    old = [M("user", "old question"), *loop("h", "history KT-4471 " * 40),
-           M("assistant", "old answer")]
-    current = [M("user", "new question"), *loop("latest", "result row " * 400)]
-    budget = cf.Budget(context_window=counter.count_messages([system, *current]) + 5)
-    result = compact([system, *old, *current], budget=budget, counter=counter)
-    out = result.messages
-    [notice] = [m for m in out if is_notice(m)]
-    assert handle_for(old) in notice.text
-    assert out[-1].tool_call_id == "latest" and handle_for(current[-1]) in out[-1].text
-    assert [m.id for m in out if not is_notice(m)] == [m.id for m in [system, *current]]
-    assert_valid_within(out, budget, counter)
-
-
 def test_budget_error_only_when_system_and_prompt_do_not_fit(counter):
     history = [M("system", "rule " * 400), M("user", "go"), *loop("a", "r")]
     with pytest.raises(cf.BudgetExceededError, match="system prompt and the prompt source"):

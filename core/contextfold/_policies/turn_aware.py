@@ -58,13 +58,10 @@ from .turn_sums import SumsFit, TurnSums, fit_by_sums
 
 __all__ = ["TurnAwarePolicy", "compress_turn"]
 
-_KEEPING_THE_TURN = ("cut older loops of the current turn",
-                     "dropped historical turns, oldest first", "cut the latest loop")
-"""The degradation steps that keep every message of the current turn (its tool results
-cut head+tail, each label naming its handle): the room the notices need may be taken by
-these, or by the steps the fit without notices took, never by further ones. A notice is
-what makes a removal recoverable, so it goes before the last tokens of a long tool result,
-whose cut keeps a handle too."""
+_BEFORE_THE_TURN = ("cut older loops of the current turn", "dropped historical turns, oldest first")
+"""The degradation steps that keep every message of the current turn: the room the
+notices need may be taken by these, never by the steps after them."""
+
 
 def compress_turn(groups: Sequence[Group]) -> list[int]:
     """Input indices a historical turn keeps: its prompt, latest loop and final answer.
@@ -320,8 +317,7 @@ class TurnAwarePolicy(SimplePolicy):
                 first = plan, fitted, origins, steps
                 if not self.notices:
                     return (*first, None)
-            elif not (set(steps) <= {*first[3], *_KEEPING_THE_TURN}
-                      or _current(first) <= {o for o in origins if o is not None}):
+            elif not set(steps) <= {*first[3], *_BEFORE_THE_TURN}:
                 break  # the notices would cost the current turn: it goes first
             marks = fitted_marks(messages, fitted, origins, context, fits)
             if marks is not None:
@@ -421,15 +417,6 @@ class TurnAwarePolicy(SimplePolicy):
         fitted, notes = fit_loop(out, head_len, context, self.shape)
         steps.extend(notes)
         return fitted, origins[: len(fitted)]
-
-
-def _current(fit: tuple[_Plan, list[Message], list[int | None], list[str]]) -> set[int]:
-    """The input positions of the current turn that ``fit`` keeps: a fit that makes room
-    for the notices and keeps them all takes no more from the current turn than the
-    degradation steps it shares with ``fit``."""
-    plan, _, origins, _ = fit
-    past = {i for turn in plan.history for i in turn}
-    return {o for o in origins if o is not None and o not in past}
 
 
 def _history(groups: Sequence[Group]) -> list[list[int]]:
