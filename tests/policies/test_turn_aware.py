@@ -203,7 +203,11 @@ def test_valid_within_budget_and_whole_current_turn_when_it_fits(counter, messag
 
 @given(histories(max_turns=6, max_tool_chars=2_000))
 def test_historical_turns_hold_at_most_prompt_loop_and_answer(counter, messages):
-    out = kept(compact(messages, counter=counter).messages)
+    result = compact(messages, counter=counter)
+    if any("would have grown the context" in note for note in result.report.notes):
+        return  # the notices cost more than the short messages they stand for: the input
+        # goes out as it is (a compaction never grows the context)
+    out = kept(result.messages)
     view = cf.repair(messages)[0]
     current = _current_turn(view)
     if not current:
