@@ -106,17 +106,10 @@ few thousand characters of a request the room holds nearly whole."""
 def _cut_last(candidate: list[Message], context: CompactionContext) -> bool:
     """Cut the last message of ``candidate`` (the request) head+tail in place to the most
     that fits the budget, its label naming its handle; False, ``candidate`` unchanged,
-    when not even that fits or the cut would not name the handle (a short text whose
-    images are what does not fit: their note names no handle)."""
-    fits = fits_budget(context)
+    when not even that fits or the cut would not name the handle."""
     last = len(candidate) - 1
-    request = candidate[last]
-    if not squeeze(candidate, [last], [request], fits, _REQUEST_SHAPE, context, handles=True):
-        return False
-    if handle_for(request) not in candidate[last].text:
-        candidate[last] = request
-        return False
-    return True
+    return squeeze(candidate, [last], [candidate[last]], fits_budget(context), _REQUEST_SHAPE,
+                   context, handles=True)
 
 
 def latest_request(view: Sequence[Message]) -> int | None:

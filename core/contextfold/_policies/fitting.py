@@ -160,7 +160,9 @@ def squeeze(
     label names the original's ``ctx_`` handle (bare when the labels with the tool's name do not
     fit, left out when not even those fit, unless ``handles`` requires them).
 
-    Returns False, leaving ``out`` unchanged, when even labels alone do not fit.
+    Returns False, leaving ``out`` unchanged, when even labels alone do not fit, or when
+    ``handles`` requires them and a cut would not name its handle (a text shorter than a
+    label whose other parts go: their note names no handle).
     """
     refs = [_ref(original, context) for original in originals]
 
@@ -185,7 +187,12 @@ def squeeze(
             lo = mid
         else:
             hi = mid - 1
-    out[:] = build(lo)
+    cut = build(lo)
+    if handles and context is not None and any(
+            cut[k] is not original and handle_for(original) not in cut[k].text
+            for k, original in zip(positions, originals, strict=True)):
+        return False  # a cut the model could not read back is not taken
+    out[:] = cut
     return True
 
 
