@@ -449,9 +449,13 @@ def test_tiered_tiny_budgets_cut_the_newest_group_or_fail_below_the_floor(
         groups = split_groups(sent, leading_system_count(sent))
         # a request is cut only with its handle (the bare one, when the labels are tight)
         handles = any(m.role == "user" for m in groups[-1].messages)
-        newest = [shrink_message(m, HeadTail(), max_chars=0,
+        newest = []
+        for m in groups[-1].messages:
+            cut = shrink_message(m, HeadTail(), max_chars=0,
                                  handle=handle_for(m) if handles else None)
-                  for m in groups[-1].messages]
+            if handles and cut is not m and handle_for(m) not in cut.text:
+                cut = m  # a cut that would not name its handle (images gone) is not taken
+            newest.append(cut)
         older = [m for g in groups[:-1] for m in g.messages]
         context = CompactionContext(budget=budget, counter=counter)
         header = [cf.Message(role="user", source="summary", content=(
